@@ -1,0 +1,64 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Everything else is optional.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+CONTROLPLANE := hack/controlplane/build.sh
+
+.PHONY: help venv controlplane cluster cluster-down test test-unit test-integration test-slow demo bench lint fmt clean
+
+help:
+	@echo "make demo          set everything up, start the local control plane and show the controller at work"
+	@echo "make test          unit + integration tests against a real local control plane"
+	@echo "make cluster       start the local control plane in the background (.cluster/kubeconfig)"
+	@echo "make cluster-down  stop it"
+	@echo "make lint          ruff + mypy"
+
+$(STAMP): pyproject.toml requirements-dev.lock
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --require-hashes -r requirements-dev.lock
+	$(PY) -m pip install -q --no-deps -e .
+	@touch $@
+
+venv: $(STAMP)
+
+controlplane:
+	@$(CONTROLPLANE) >/dev/null
+
+cluster: venv controlplane
+	$(PY) -m agentsandbox.cli.devcluster up
+
+cluster-down: venv
+	$(PY) -m agentsandbox.cli.devcluster down
+
+test: venv controlplane
+	$(PY) -m pytest tests/unit tests/integration -m "not slow"
+
+test-unit: venv
+	$(PY) -m pytest tests/unit
+
+test-integration: venv controlplane
+	$(PY) -m pytest tests/integration -m "not slow"
+
+test-slow: venv controlplane
+	$(PY) -m pytest tests -m slow
+
+demo: venv controlplane
+	$(PY) -m agentsandbox.cli.demo
+
+bench: venv controlplane
+	$(PY) -m agentsandbox.cli.bench $(if $(SCENARIO),--scenario $(SCENARIO),)
+
+lint: venv
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/mypy
+
+fmt: venv
+	$(VENV)/bin/ruff format src tests
+	$(VENV)/bin/ruff check --fix src tests
+
+clean: cluster-down
+	rm -rf $(VENV) .cluster

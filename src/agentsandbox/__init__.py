@@ -1,0 +1,3 @@
+"""agentsandbox: the agent-sandbox Kubernetes controllers in Python."""
+
+__version__ = "0.1.0"

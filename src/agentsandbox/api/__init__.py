@@ -1,0 +1,1 @@
+"""The agent-sandbox API: kinds, keys, hashes, conditions and object builders."""

@@ -1,0 +1,1 @@
+"""Command-line entry points: the controller manager, the dev cluster, the demo."""

@@ -1,0 +1,1 @@
+"""The reconcilers: Sandbox, SandboxTemplate, SandboxWarmPool, SandboxClaim."""

@@ -1,0 +1,1 @@
+"""A generic asyncio controller runtime. Knows nothing about sandboxes."""
