@@ -1,0 +1,77 @@
+"""A real local control plane for the integration tests (one per test session).
+
+The cluster is started by the project itself (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, kwok). If it cannot be started the tests FAIL; they never skip.
+Set AGENTSANDBOX_CLUSTER_DIR=.cluster to reuse a cluster started by ``make cluster``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentsandbox.devcluster import BinariesError, ClusterStartError, DevCluster
+from agentsandbox.devcluster.binaries import repo_root
+
+TESTDATA = Path(__file__).parent / "testdata"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+def _crd_paths() -> list[Path]:
+    paths = [TESTDATA / "crds"]
+    root = repo_root()
+    if root is not None and (root / "deploy" / "crds").is_dir():
+        paths.append(root / "deploy" / "crds")
+    return [p for p in paths if p.is_dir()]
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[DevCluster]:
+    reuse = os.environ.get("AGENTSANDBOX_CLUSTER_DIR")
+    if reuse:
+        attached = DevCluster.attach(Path(reuse))
+        if attached is None or not attached.healthy():
+            pytest.fail(f"AGENTSANDBOX_CLUSTER_DIR={reuse}: no healthy cluster there")
+        yield attached
+        return
+    workdir = Path(tempfile.mkdtemp(prefix="agentsandbox-test-cluster-"))
+    cl = DevCluster(workdir, nodes=10, crd_paths=_crd_paths())
+    try:
+        cl.start()
+    except (ClusterStartError, BinariesError) as err:
+        pytest.fail(f"could not start the local control plane: {err}", pytrace=False)
+    failed = False
+    try:
+        yield cl
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        cl.stop(keep_logs=True)
+        if not failed:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def namespace(cluster: DevCluster) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (the namespace controller empties it)."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    cluster.api("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    yield name
+    cluster.api("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def kubeconfig(cluster: DevCluster) -> str:
+    return str(cluster.kubeconfig)
