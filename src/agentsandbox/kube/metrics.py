@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
-_EXP_BUCKETS = tuple(0.005 * (2**i) for i in range(14)) + (float("inf"),)  # 5 ms .. ~41 s
+_EXP_BUCKETS = (*(0.005 * (2**i) for i in range(14)), float("inf"))  # 5 ms .. ~41 s
 
 # --- controller-runtime: reconciles -------------------------------------------------------
 RECONCILE_TOTAL = Counter(
