@@ -374,7 +374,8 @@ class DevCluster:
                 f"--service-account-signing-key-file={p / 'sa.key'}",
                 "--allow-privileged=true",
                 # Pods must be creatable in a brand-new namespace at once, as envtest does.
-                "--disable-admission-plugins=ServiceAccount",
+                # No node-lifecycle controller runs, so nothing would lift the not-ready taint.
+                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                 "--max-requests-inflight=2000",
                 "--max-mutating-requests-inflight=1000",
                 "--profiling=false",
