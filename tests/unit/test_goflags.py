@@ -15,12 +15,12 @@ from agentsandbox.cli.goflags import (
 
 def flags() -> FlagSet:
     fs = FlagSet("prog")
-    fs.bool("leader-elect", True, "elect")
-    fs.bool("extensions", False, "ext")
-    fs.string("metrics-bind-address", ":8080", "metrics")
-    fs.int("kube-api-burst", 10, "burst")
-    fs.float("kube-api-qps", -1.0, "qps")
-    fs.duration("grace", 300.0, "grace")
+    fs.add_bool("leader-elect", True, "elect")
+    fs.add_bool("extensions", False, "ext")
+    fs.add_string("metrics-bind-address", ":8080", "metrics")
+    fs.add_int("kube-api-burst", 10, "burst")
+    fs.add_float("kube-api-qps", -1.0, "qps")
+    fs.add_duration("grace", 300.0, "grace")
     return fs
 
 

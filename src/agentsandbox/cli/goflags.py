@@ -143,19 +143,19 @@ class FlagSet:
             raise ValueError(f"flag redefined: {name}")
         self.flags[name] = Flag(name, kind, default, help, fn)
 
-    def bool(self, name: str, default: bool, help: str) -> None:
+    def add_bool(self, name: str, default: bool, help: str) -> None:
         self._add(name, "bool", default, help, parse_bool)
 
-    def string(self, name: str, default: str, help: str) -> None:
+    def add_string(self, name: str, default: str, help: str) -> None:
         self._add(name, "string", default, help, str)
 
-    def int(self, name: str, default: int, help: str) -> None:
+    def add_int(self, name: str, default: int, help: str) -> None:
         self._add(name, "int", default, help, parse_int)
 
-    def float(self, name: str, default: float, help: str) -> None:
+    def add_float(self, name: str, default: float, help: str) -> None:
         self._add(name, "float", default, help, parse_float)
 
-    def duration(self, name: str, default: float, help: str) -> None:
+    def add_duration(self, name: str, default: float, help: str) -> None:
         self._add(name, "duration", default, help, parse_duration)
 
     def parse(self, argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
