@@ -49,7 +49,7 @@ demo: venv controlplane
 	$(PY) -m agentsandbox.cli.demo
 
 bench: venv controlplane
-	$(PY) -m agentsandbox.cli.bench $(if $(SCENARIO),--scenario $(SCENARIO),)
+	$(PY) bench/$(or $(SCENARIO),runtime).py
 
 lint: venv
 	$(VENV)/bin/ruff check src tests
