@@ -1,0 +1,180 @@
+"""The manager's flags: upstream's names, defaults and start-up validation (spec core §3.1).
+
+An upstream Deployment's ``args`` must work unchanged, so the flag names, types and defaults are
+upstream's, parsed with Go ``flag`` semantics (:mod:`.goflags`). Flags that have no meaning in a
+Python process (pprof) are accepted and reported as not applicable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .goflags import FlagSet
+
+LEADER_ELECTION_ID = "a3317529.agent-sandbox.x-k8s.io"
+
+NOT_APPLICABLE = (
+    "enable-pprof",
+    "enable-pprof-debug",
+    "pprof-block-profile-rate",
+    "pprof-mutex-profile-fraction",
+)
+
+
+def build_flagset() -> FlagSet:
+    fs = FlagSet("agent-sandbox-controller")
+    fs.add_bool("version", False, "Print the version information and exit")
+    fs.add_string("cluster-domain", "cluster.local", "Kubernetes cluster domain for service FQDNs")
+    fs.add_string(
+        "metrics-bind-address", ":8080", "The address the metric endpoint binds to (0 disables)"
+    )
+    fs.add_string(
+        "health-probe-bind-address", ":8081", "The address the probe endpoint binds to (0 disables)"
+    )
+    fs.add_bool("leader-elect", True, "Enable leader election for the controller manager")
+    fs.add_string(
+        "leader-election-namespace",
+        "",
+        "Namespace of the leader election Lease (in-cluster: the pod's own namespace)",
+    )
+    fs.add_bool(
+        "extensions", False, "Run the SandboxClaim, SandboxTemplate and WarmPool controllers"
+    )
+    fs.add_bool("enable-tracing", False, "Export OpenTelemetry traces (OTLP, configured by env)")
+    fs.add_bool("enable-pprof", False, "Go pprof endpoint (not applicable to this implementation)")
+    fs.add_bool("enable-pprof-debug", False, "Go pprof debug endpoints (not applicable)")
+    fs.add_int("pprof-block-profile-rate", 1_000_000, "Go block profile rate (not applicable)")
+    fs.add_int("pprof-mutex-profile-fraction", 10, "Go mutex profile fraction (not applicable)")
+    fs.add_float("kube-api-qps", -1.0, "Client QPS to the API server; <= 0 disables the limiter")
+    fs.add_int("kube-api-burst", 10, "Client burst to the API server; must be > 0")
+    fs.add_int("sandbox-concurrent-workers", 1, "Concurrent Sandbox reconciles; must be > 0")
+    fs.add_int("sandbox-claim-concurrent-workers", 1, "Concurrent SandboxClaim reconciles; > 0")
+    fs.add_int("sandbox-warm-pool-concurrent-workers", 1, "Concurrent warm pool reconciles; > 0")
+    fs.add_int("sandbox-template-concurrent-workers", 1, "Concurrent SandboxTemplate reconciles")
+    fs.add_int(
+        "sandbox-warm-pool-max-batch-size",
+        300,
+        "Most sandboxes a warm pool creates or deletes in one reconcile; must be > 0",
+    )
+    fs.add_duration(
+        "sandbox-warm-pool-readiness-grace-period",
+        300.0,
+        "How long a warm pool sandbox may stay not Ready before it is replaced",
+    )
+    fs.add_duration(
+        "sandbox-warm-pool-unschedulable-recheck-interval",
+        60.0,
+        "How often a warm pool re-checks sandboxes whose pods cannot be scheduled",
+    )
+    fs.add_string("kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, in-cluster)")
+    fs.add_bool("zap-devel", False, "Development logging: human-readable, debug level")
+    fs.add_string("zap-encoder", "", "Log encoding: json or console")
+    fs.add_string("zap-log-level", "", "Log level: debug, info, error, panic or a verbosity int")
+    fs.add_string("zap-stacktrace-level", "", "Level at and above which stack traces are logged")
+    fs.add_string("zap-time-encoding", "", "Time encoding: epoch, millis, nano, iso8601, rfc3339")
+    return fs
+
+
+@dataclass(frozen=True)
+class Options:
+    cluster_domain: str
+    metrics_bind_address: str
+    health_probe_bind_address: str
+    leader_elect: bool
+    leader_election_namespace: str
+    extensions: bool
+    enable_tracing: bool
+    kube_api_qps: float
+    kube_api_burst: int
+    sandbox_concurrent_workers: int
+    sandbox_claim_concurrent_workers: int
+    sandbox_warm_pool_concurrent_workers: int
+    sandbox_template_concurrent_workers: int
+    sandbox_warm_pool_max_batch_size: int
+    sandbox_warm_pool_readiness_grace_period: float
+    sandbox_warm_pool_unschedulable_recheck_interval: float
+    kubeconfig: str
+    zap_devel: bool
+    zap_encoder: str
+    zap_log_level: str
+    zap_time_encoding: str
+    not_applicable: tuple[str, ...]
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any], given: set[str]) -> Options:
+        def v(name: str) -> Any:
+            return values[name]
+
+        return cls(
+            cluster_domain=v("cluster-domain"),
+            metrics_bind_address=v("metrics-bind-address"),
+            health_probe_bind_address=v("health-probe-bind-address"),
+            leader_elect=v("leader-elect"),
+            leader_election_namespace=v("leader-election-namespace"),
+            extensions=v("extensions"),
+            enable_tracing=v("enable-tracing"),
+            kube_api_qps=v("kube-api-qps"),
+            kube_api_burst=v("kube-api-burst"),
+            sandbox_concurrent_workers=v("sandbox-concurrent-workers"),
+            sandbox_claim_concurrent_workers=v("sandbox-claim-concurrent-workers"),
+            sandbox_warm_pool_concurrent_workers=v("sandbox-warm-pool-concurrent-workers"),
+            sandbox_template_concurrent_workers=v("sandbox-template-concurrent-workers"),
+            sandbox_warm_pool_max_batch_size=v("sandbox-warm-pool-max-batch-size"),
+            sandbox_warm_pool_readiness_grace_period=v("sandbox-warm-pool-readiness-grace-period"),
+            sandbox_warm_pool_unschedulable_recheck_interval=v(
+                "sandbox-warm-pool-unschedulable-recheck-interval"
+            ),
+            kubeconfig=v("kubeconfig"),
+            zap_devel=v("zap-devel"),
+            zap_encoder=v("zap-encoder"),
+            zap_log_level=v("zap-log-level"),
+            zap_time_encoding=v("zap-time-encoding"),
+            not_applicable=tuple(n for n in NOT_APPLICABLE if n in given),
+        )
+
+    def errors(self) -> list[str]:
+        """Start-up validation: each entry is one line; any entry means exit 1 (as upstream)."""
+        out = []
+        for flag, value in (
+            ("sandbox-concurrent-workers", self.sandbox_concurrent_workers),
+            ("sandbox-claim-concurrent-workers", self.sandbox_claim_concurrent_workers),
+            ("sandbox-warm-pool-concurrent-workers", self.sandbox_warm_pool_concurrent_workers),
+            ("sandbox-warm-pool-max-batch-size", self.sandbox_warm_pool_max_batch_size),
+            ("kube-api-burst", self.kube_api_burst),
+        ):
+            if value <= 0:
+                out.append(f"--{flag} must be greater than 0, got {value}")
+        if self.sandbox_warm_pool_readiness_grace_period <= 0:
+            out.append("--sandbox-warm-pool-readiness-grace-period must be a positive duration")
+        if self.zap_encoder not in ("", "json", "console"):
+            out.append(f'--zap-encoder must be "json" or "console", got "{self.zap_encoder}"')
+        return out
+
+    def warnings(self) -> list[str]:
+        out = []
+        total = (
+            self.sandbox_concurrent_workers
+            + self.sandbox_claim_concurrent_workers
+            + self.sandbox_warm_pool_concurrent_workers
+            + self.sandbox_template_concurrent_workers
+        )
+        if total > 1000:
+            out.append(f"total concurrent workers is {total} (> 1000)")
+        if self.kube_api_qps > 0 and total > self.kube_api_burst:
+            out.append(
+                f"total concurrent workers ({total}) exceed --kube-api-burst "
+                f"({self.kube_api_burst}); reconciles will wait on the client rate limiter"
+            )
+        out.extend(f"--{n} has no effect in this implementation" for n in self.not_applicable)
+        return out
+
+
+def given_flags(argv: list[str]) -> set[str]:
+    names = set()
+    for arg in argv:
+        if arg == "--":
+            break
+        if arg.startswith("-") and len(arg) > 1:
+            names.add(arg.lstrip("-").partition("=")[0])
+    return names
