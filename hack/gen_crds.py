@@ -454,6 +454,7 @@ def conditions() -> Schema:
 
 def template_ref() -> Schema:
     name = string(
+        "",
         **{
             "x-kubernetes-validations": [
                 rule(
@@ -461,7 +462,7 @@ def template_ref() -> Schema:
                     "sandboxTemplateRef.name must name a SandboxTemplate in the same namespace",
                 )
             ]
-        }
+        },
     )
     return obj(
         {"name": name},

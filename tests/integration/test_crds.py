@@ -1,0 +1,698 @@
+"""Our CRDs on the real local control plane.
+
+(a) compatibility with upstream's CRDs: every field path, type, format, enum, default, bound and
+    list/map semantic of upstream's schema exists in ours, and an object that sets *every*
+    upstream field is accepted with strict field validation and stored unpruned, in both versions;
+(b) every document of our kinds in upstream's examples applies with strict validation, as
+    v1alpha1 and as v1beta1;
+(c) invalid objects are rejected with clear messages;
+(d) ``kubectl get`` shows the printer columns.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+import time
+import urllib.error
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agentsandbox.api import kinds
+from agentsandbox.devcluster import DevCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_DIR = ROOT / "deploy" / "crds"
+UPSTREAM = ROOT.parent / "shared" / "upstream"
+VERSIONS = ("v1alpha1", "v1beta1")
+OUR_KINDS = {k.kind: k for k in kinds.ALL_KINDS}
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _load_docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.load_all(path.read_text(), Loader=_LOADER) if isinstance(d, dict)]
+
+
+@functools.cache
+def our_crds() -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for p in CRD_DIR.glob("*.yaml") for d in _load_docs(p)}
+
+
+@functools.cache
+def upstream_crds() -> dict[str, dict[str, Any]]:
+    docs = [d for p in sorted((UPSTREAM / "crds").glob("*.yaml")) for d in _load_docs(p)]
+    return {d["metadata"]["name"]: d for d in docs}
+
+
+# --------------------------------------------------------------------------- cluster helpers
+@pytest.fixture(scope="module", autouse=True)
+def crds_installed(cluster: DevCluster) -> None:
+    """Make sure the served CRDs are the committed ones (a reused cluster may predate them)."""
+    out = cluster.kubectl(
+        "apply", "--server-side", "--force-conflicts", "--field-manager=test-crds",
+        "-f", str(CRD_DIR),
+    )  # fmt: skip
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s",
+        *[f"crd/{name}" for name in our_crds()],
+    )  # fmt: skip
+    if "serverside-applied" in out.stdout and "unchanged" not in out.stdout:
+        time.sleep(2)  # let the apiserver switch its validators to the new schema
+
+
+def call(cluster: DevCluster, method: str, path: str, body: Any = None) -> Any:
+    return cluster.api(method, path, body)
+
+
+def rejection(fn: Callable[[], Any]) -> tuple[int, str]:
+    """Run a request that must fail; return (HTTP status, the Status message)."""
+    try:
+        fn()
+    except urllib.error.HTTPError as err:
+        body = err.read().decode()
+        try:
+            return err.code, str(json.loads(body).get("message", body))
+        except ValueError:
+            return err.code, body
+    raise AssertionError("the API server accepted the object")
+
+
+def collection(kind: str, version: str, namespace: str) -> str:
+    return OUR_KINDS[kind].at_version(version).path(namespace)
+
+
+def create(cluster: DevCluster, obj: dict[str, Any], namespace: str) -> Any:
+    version = obj["apiVersion"].rsplit("/", 1)[1]
+    path = collection(obj["kind"], version, namespace) + "?fieldValidation=Strict"
+    return call(cluster, "POST", path, obj)
+
+
+def sandbox(name: str, version: str = "v1beta1", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "podTemplate": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+        **spec,
+    }
+    return {
+        "apiVersion": f"agents.x-k8s.io/{version}",
+        "kind": "Sandbox",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def ext(kind: str, name: str, spec: dict[str, Any], version: str = "v1beta1") -> dict[str, Any]:
+    return {
+        "apiVersion": f"extensions.agents.x-k8s.io/{version}",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def test_crds_apply_client_side(cluster: DevCluster) -> None:
+    """Plain `kubectl apply` stores the whole CRD in an annotation (256 KiB limit)."""
+    out = cluster.kubectl("apply", "--dry-run=server", "-f", str(CRD_DIR), check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("(server dry run)") == 4
+
+
+# --------------------------------------------------------------------------- (a) compatibility
+BOUNDS = (
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+)
+SEMANTICS = (
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+    "x-kubernetes-map-type",
+    "x-kubernetes-int-or-string",
+    "x-kubernetes-preserve-unknown-fields",
+    "x-kubernetes-embedded-resource",
+    "nullable",
+)
+
+
+def compare(up: dict[str, Any], ours: dict[str, Any] | None, path: str) -> Iterator[str]:
+    """Differences that would make ours reject, prune or treat differently what upstream takes."""
+    if ours is None:
+        yield f"{path}: missing"
+        return
+    if up.get("type") != ours.get("type"):
+        yield f"{path}: type {up.get('type')} != {ours.get('type')}"
+    if "anyOf" in up and up["anyOf"] != ours.get("anyOf"):
+        yield f"{path}: anyOf {up['anyOf']} != {ours.get('anyOf')}"
+    for key in ("format", "default", *BOUNDS, *SEMANTICS):
+        if key in up and up[key] != ours.get(key):
+            yield f"{path}: {key} {up[key]!r} != {ours.get(key)!r}"
+    if "enum" in up and set(up["enum"]) != set(ours.get("enum", ())):
+        yield f"{path}: enum {up['enum']} != {ours.get('enum')}"
+    extra_required = set(ours.get("required", ())) - set(up.get("required", ()))
+    if extra_required:
+        yield f"{path}: we also require {sorted(extra_required)}"
+    for key, sub in up.get("properties", {}).items():
+        yield from compare(sub, ours.get("properties", {}).get(key), f"{path}.{key}")
+    if "items" in up:
+        yield from compare(up["items"], ours.get("items"), f"{path}[]")
+    if isinstance(up.get("additionalProperties"), dict):
+        theirs = ours.get("additionalProperties")
+        yield from compare(
+            up["additionalProperties"], theirs if isinstance(theirs, dict) else None, path + "{}"
+        )
+
+
+UPSTREAM_CRD_NAMES = sorted(upstream_crds())
+
+
+@pytest.mark.parametrize("name", UPSTREAM_CRD_NAMES)
+def test_compat_schema_has_every_upstream_field_type_enum_default_and_bound(name: str) -> None:
+    up = upstream_crds()[name]
+    (up_version,) = up["spec"]["versions"]
+    ours = our_crds()[name]
+    assert ours["spec"]["group"] == up["spec"]["group"]
+    assert ours["spec"]["scope"] == up["spec"]["scope"]
+    for key, value in up["spec"]["names"].items():
+        assert ours["spec"]["names"][key] == value, key
+    for version in ours["spec"]["versions"]:
+        diffs = list(
+            compare(
+                up_version["schema"]["openAPIV3Schema"],
+                version["schema"]["openAPIV3Schema"],
+                f"{version['name']}:",
+            )
+        )
+        assert diffs == []
+
+
+@pytest.mark.parametrize("name", UPSTREAM_CRD_NAMES)
+def test_compat_printer_columns_and_subresources(name: str) -> None:
+    (up_version,) = upstream_crds()[name]["spec"]["versions"]
+    for version in our_crds()[name]["spec"]["versions"]:
+        ours = {(c["name"], c["type"], c["jsonPath"]) for c in version["additionalPrinterColumns"]}
+        for column in up_version.get("additionalPrinterColumns", []):
+            assert (column["name"], column["type"], column["jsonPath"]) in ours
+        assert version.get("subresources") == up_version.get("subresources")
+
+
+# Strings that must match a pattern in upstream's schema (metav1.Condition).
+PATTERN_SAMPLES = {"reason": "SomeReason", "type": "Ready"}
+
+
+def sample(schema: dict[str, Any], key: str = "") -> Any:
+    """An object that sets every field of ``schema`` with a valid value."""
+    if schema.get("x-kubernetes-int-or-string"):
+        return 1
+    if "default" in schema:
+        return copy.deepcopy(schema["default"])
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        if "properties" in schema:
+            return {k: sample(v, k) for k, v in schema["properties"].items()}
+        if isinstance(schema.get("additionalProperties"), dict):
+            return {"some-key": sample(schema["additionalProperties"])}
+        return {}
+    if kind == "array":
+        return [sample(schema["items"], key)]
+    if kind == "string":
+        if schema.get("format") == "date-time":
+            return "2030-01-02T03:04:05Z"
+        if "pattern" in schema:
+            value = PATTERN_SAMPLES[key]
+            assert re.search(schema["pattern"], value)
+            return value
+        return "x"
+    if kind == "integer":
+        low = max(schema.get("minimum", 1), 1)
+        return min(low, schema.get("maximum", low))
+    if kind == "boolean":
+        return True
+    if kind == "number":
+        return 1
+    raise AssertionError(f"no sample for {schema}")
+
+
+Path_ = tuple[str | int, ...]
+
+
+def leaves(value: Any, path: Path_ = ()) -> Iterator[tuple[Path_, Any]]:
+    """(path, value) for every scalar, empty object and empty list in ``value``."""
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            yield from leaves(v, (*path, k))
+    elif isinstance(value, list) and value:
+        for i, v in enumerate(value):
+            yield from leaves(v, (*path, i))
+    else:
+        yield path, value
+
+
+def lookup(obj: Any, path: Path_) -> Any:
+    for part in path:
+        try:
+            obj = obj[part]
+        except (KeyError, IndexError, TypeError):
+            return "<pruned>"
+    return obj
+
+
+def dropped(sent: dict[str, Any], stored: dict[str, Any], key: str) -> list[str]:
+    """Leaves of ``sent[key]`` that ``stored`` does not hold with the same value."""
+    return [
+        ".".join(map(str, p)) + f" = {lookup(stored, p)!r}"
+        for p, v in leaves(sent[key], (key,))
+        if lookup(stored, p) != v
+    ]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name", UPSTREAM_CRD_NAMES)
+def test_compat_object_with_every_upstream_field_is_accepted_and_kept(
+    cluster: DevCluster, namespace: str, name: str, version: str
+) -> None:
+    up = upstream_crds()[name]
+    schema = up["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    kind = up["spec"]["names"]["kind"]
+    obj = {
+        "apiVersion": f"{up['spec']['group']}/{version}",
+        "kind": kind,
+        "metadata": {"name": unique("every-field")},
+        "spec": sample(schema["properties"]["spec"]),
+    }
+    created = create(cluster, obj, namespace)
+    assert dropped(obj, created, "spec") == []
+    assert len(list(leaves(obj["spec"]))) >= (500 if "podTemplate" in obj["spec"] else 3)
+
+    if "status" in schema["properties"]:
+        status = sample(schema["properties"]["status"])
+        path = OUR_KINDS[kind].at_version(version).path(namespace, obj["metadata"]["name"])
+        updated = call(
+            cluster,
+            "PUT",
+            path + "/status?fieldValidation=Strict",
+            {**created, "status": status},
+        )
+        assert dropped({"status": status}, updated, "status") == []
+
+
+def test_compat_defaults_are_applied(cluster: DevCluster, namespace: str) -> None:
+    sb = create(
+        cluster,
+        sandbox(
+            "defaults",
+            podTemplate={
+                "spec": {
+                    "containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}]}]
+                }
+            },
+        ),
+        namespace,
+    )
+    assert sb["spec"]["replicas"] == 1
+    assert sb["spec"]["shutdownPolicy"] == "Retain"
+    assert sb["spec"]["podTemplate"]["spec"]["containers"][0]["ports"][0]["protocol"] == "TCP"
+    pool = create(
+        cluster,
+        ext(
+            "SandboxWarmPool",
+            "defaults",
+            {"replicas": 0, "sandboxTemplateRef": {"name": "t"}, "updateStrategy": {}},
+        ),
+        namespace,
+    )
+    assert pool["spec"]["updateStrategy"] == {"type": "OnReplenish"}
+    claim = create(
+        cluster,
+        ext("SandboxClaim", "defaults", {"sandboxTemplateRef": {"name": "t"}, "lifecycle": {}}),
+        namespace,
+    )
+    assert claim["spec"]["warmpool"] == "default"
+    assert claim["spec"]["lifecycle"] == {"shutdownPolicy": "Retain"}
+    tpl = create(
+        cluster,
+        ext("SandboxTemplate", "defaults", {"podTemplate": sandbox("x")["spec"]["podTemplate"]}),
+        namespace,
+    )
+    assert tpl["spec"]["networkPolicyManagement"] == "Managed"
+    assert tpl["spec"]["envVarsInjectionPolicy"] == "Disallowed"
+
+
+def test_compat_versions_share_storage(cluster: DevCluster, namespace: str) -> None:
+    create(cluster, sandbox("both", version="v1alpha1"), namespace)
+    beta = call(cluster, "GET", kinds.SANDBOX.path(namespace, "both"))
+    assert beta["apiVersion"] == "agents.x-k8s.io/v1beta1"
+    assert beta["spec"]["replicas"] == 1
+
+
+# --------------------------------------------------------------------------- (b) examples
+def _substitute(name: str, index: int) -> str:
+    return name if re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) else f"example-{index}"
+
+
+def fill_placeholders(text: str) -> str:
+    """Upstream's examples are templates: ``${VAR}`` (envsubst) and ``{var}`` (str.format)."""
+    text = re.sub(r"\$\{(\w+)\}", lambda m: m.group(1).lower().replace("_", "-"), text)
+    return re.sub(r"\{(\w+)\}", lambda m: m.group(1).replace("_", "-"), text)
+
+
+def upstream_examples() -> list[tuple[str, int, dict[str, Any]]]:
+    out = []
+    for path in sorted((UPSTREAM / "examples").glob("*.yaml")):
+        text = fill_placeholders(path.read_text())
+        docs = [d for d in yaml.load_all(text, Loader=_LOADER) if isinstance(d, dict)]
+        for i, doc in enumerate(docs):
+            group = doc.get("apiVersion", "").rpartition("/")[0]
+            if doc.get("kind") in OUR_KINDS and group == OUR_KINDS[doc["kind"]].group:
+                out.append((path.name, i, doc))
+    return out
+
+
+EXAMPLES = upstream_examples()
+
+
+def test_examples_were_found() -> None:
+    assert len(EXAMPLES) >= 17
+    assert {doc["kind"] for _, _, doc in EXAMPLES} == set(OUR_KINDS)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(
+    ("filename", "index", "doc"), EXAMPLES, ids=[f"{f}#{i}" for f, i, _ in EXAMPLES]
+)
+def test_upstream_example_applies_with_strict_validation(
+    cluster: DevCluster,
+    namespace: str,
+    filename: str,
+    index: int,
+    doc: dict[str, Any],
+    version: str,
+) -> None:
+    obj = copy.deepcopy(doc)
+    obj["apiVersion"] = f"{OUR_KINDS[obj['kind']].group}/{version}"
+    obj["metadata"]["namespace"] = namespace
+    obj["metadata"]["name"] = _substitute(obj["metadata"]["name"], index)
+    created = create(cluster, obj, namespace)
+    assert dropped(obj, created, "spec") == []
+
+
+def test_upstream_example_file_applies_with_kubectl_validate_strict(
+    cluster: DevCluster, namespace: str, tmp_path: Path
+) -> None:
+    """kubectl's own path: client-side apply, strict validation, deprecation warning shown."""
+    docs = _load_docs(UPSTREAM / "examples" / "extensions_examples_sandboxtemplate.yaml")
+    docs += _load_docs(UPSTREAM / "examples" / "extensions_examples_sandboxwarmpool.yaml")
+    text = yaml.safe_dump_all(
+        [{**d, "metadata": {**d["metadata"], "namespace": namespace}} for d in docs]
+    )
+    path = tmp_path / "examples.yaml"
+    path.write_text(text)
+    out = cluster.kubectl("apply", "--validate=strict", "-f", str(path))
+    assert "sandboxtemplate.extensions.agents.x-k8s.io/secure-datascience-template created" in (
+        out.stdout
+    )
+    assert "SandboxWarmPool is deprecated; use extensions.agents.x-k8s.io/v1beta1" in out.stderr
+
+
+# --------------------------------------------------------------------------- (c) rejections
+def pod_template(**container: Any) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "c", "image": "i", **container}]}}
+
+
+INVALID: list[tuple[str, dict[str, Any], int, list[str]]] = [
+    (
+        "pool-replicas-negative",
+        ext("SandboxWarmPool", "p", {"replicas": -1, "sandboxTemplateRef": {"name": "t"}}),
+        422,
+        ["spec.replicas", "should be greater than or equal to 0"],
+    ),
+    (
+        "pool-unknown-update-strategy",
+        ext(
+            "SandboxWarmPool",
+            "p",
+            {
+                "replicas": 1,
+                "sandboxTemplateRef": {"name": "t"},
+                "updateStrategy": {"type": "Rolling"},
+            },
+        ),
+        422,
+        ['spec.updateStrategy.type: Unsupported value: "Rolling"', '"Recreate", "OnReplenish"'],
+    ),
+    (
+        "pool-empty-template-name",
+        ext("SandboxWarmPool", "p", {"replicas": 1, "sandboxTemplateRef": {"name": ""}}),
+        422,
+        ["sandboxTemplateRef.name must name a SandboxTemplate in the same namespace"],
+    ),
+    (
+        "claim-without-template-ref",
+        ext("SandboxClaim", "c", {"warmpool": "none"}),
+        422,
+        ["spec.sandboxTemplateRef: Required value"],
+    ),
+    (
+        "claim-empty-template-name",
+        ext("SandboxClaim", "c", {"sandboxTemplateRef": {"name": ""}}),
+        422,
+        ["sandboxTemplateRef.name must name a SandboxTemplate in the same namespace"],
+    ),
+    (
+        "claim-bad-warmpool",
+        ext("SandboxClaim", "c", {"sandboxTemplateRef": {"name": "t"}, "warmpool": "Fast_Pool"}),
+        422,
+        ['warmpool must be "none", "default" or the name of a SandboxWarmPool'],
+    ),
+    (
+        "claim-bad-shutdown-policy",
+        ext(
+            "SandboxClaim",
+            "c",
+            {"sandboxTemplateRef": {"name": "t"}, "lifecycle": {"shutdownPolicy": "Later"}},
+        ),
+        422,
+        ['spec.lifecycle.shutdownPolicy: Unsupported value: "Later"'],
+    ),
+    (
+        "claim-negative-ttl",
+        ext(
+            "SandboxClaim",
+            "c",
+            {"sandboxTemplateRef": {"name": "t"}, "lifecycle": {"ttlSecondsAfterFinished": -5}},
+        ),
+        422,
+        ["spec.lifecycle.ttlSecondsAfterFinished", "greater than or equal to 0"],
+    ),
+    (
+        "sandbox-replicas-2",
+        sandbox("s", replicas=2),
+        422,
+        ["spec.replicas", "should be less than or equal to 1"],
+    ),
+    (
+        "sandbox-mistyped-container-field",
+        sandbox("s", podTemplate=pod_template(imagee="busybox")),
+        400,
+        ['unknown field "spec.podTemplate.spec.containers[0].imagee"'],
+    ),
+    (
+        "sandbox-wrong-type-in-pod-spec",
+        sandbox("s", podTemplate=pod_template(ports=[{"containerPort": "eighty"}])),
+        422,
+        ["spec.podTemplate.spec.containers[0].ports[0].containerPort", "integer"],
+    ),
+    (
+        "sandbox-bad-quantity",
+        sandbox("s", podTemplate=pod_template(resources={"limits": {"cpu": "lots"}})),
+        422,
+        ["spec.podTemplate.spec.containers[0].resources.limits.cpu"],
+    ),
+    (
+        "sandbox-no-containers",
+        sandbox("s", podTemplate={"spec": {"containers": []}}),
+        422,
+        ["podTemplate.spec.containers must list at least one container"],
+    ),
+    (
+        "sandbox-volume-claim-template-without-name",
+        sandbox("s", volumeClaimTemplates=[{"spec": {"accessModes": ["ReadWriteOnce"]}}]),
+        422,
+        ["volumeClaimTemplates[].metadata.name is required"],
+    ),
+    (
+        "sandbox-bad-shutdown-policy",
+        sandbox("s", shutdownPolicy="Never"),
+        422,
+        ['spec.shutdownPolicy: Unsupported value: "Never"', '"Delete", "Retain"'],
+    ),
+    (
+        "sandbox-bad-shutdown-time",
+        sandbox("s", shutdownTime="tomorrow"),
+        422,
+        ["spec.shutdownTime", "date-time"],
+    ),
+    (
+        "template-mistyped-container-field",
+        ext("SandboxTemplate", "t", {"podTemplate": pod_template(imagePullPolicyy="Always")}),
+        400,
+        ['unknown field "spec.podTemplate.spec.containers[0].imagePullPolicyy"'],
+    ),
+    (
+        "template-bad-network-policy-management",
+        ext(
+            "SandboxTemplate",
+            "t",
+            {"podTemplate": pod_template(), "networkPolicyManagement": "Auto"},
+        ),
+        422,
+        ['spec.networkPolicyManagement: Unsupported value: "Auto"'],
+    ),
+    (
+        "template-mistyped-egress-rule",
+        ext(
+            "SandboxTemplate",
+            "t",
+            {"podTemplate": pod_template(), "networkPolicy": {"egress": [{"too": []}]}},
+        ),
+        400,
+        ['unknown field "spec.networkPolicy.egress[0].too"'],
+    ),
+]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(
+    ("case", "obj", "code", "messages"), INVALID, ids=[case for case, *_ in INVALID]
+)
+def test_invalid_object_is_rejected_with_a_clear_message(
+    cluster: DevCluster,
+    namespace: str,
+    case: str,
+    obj: dict[str, Any],
+    code: int,
+    messages: list[str],
+    version: str,
+) -> None:
+    obj = copy.deepcopy(obj)
+    obj["apiVersion"] = obj["apiVersion"].rsplit("/", 1)[0] + f"/{version}"
+    status, message = rejection(lambda: create(cluster, obj, namespace))
+    assert status == code, message
+    for expected in messages:
+        assert expected in message
+
+
+def test_boundary_values_are_accepted(cluster: DevCluster, namespace: str) -> None:
+    create(cluster, sandbox("zero", replicas=0), namespace)
+    create(cluster, sandbox("one", replicas=1), namespace)
+    create(
+        cluster,
+        ext("SandboxWarmPool", "zero", {"replicas": 0, "sandboxTemplateRef": {"name": "t"}}),
+        namespace,
+    )
+    for i, policy in enumerate(["none", "default", "", "my-pool.a"]):
+        create(
+            cluster,
+            ext(
+                "SandboxClaim",
+                f"claim-{i}",
+                {
+                    "sandboxTemplateRef": {"name": "t"},
+                    "warmpool": policy,
+                    "lifecycle": {"ttlSecondsAfterFinished": 0},
+                },
+            ),
+            namespace,
+        )
+
+
+def test_scale_subresource_respects_the_bounds(cluster: DevCluster, namespace: str) -> None:
+    create(cluster, sandbox("scaled"), namespace)
+    cluster.kubectl("scale", "-n", namespace, "sandbox/scaled", "--replicas=0")
+    assert call(cluster, "GET", kinds.SANDBOX.path(namespace, "scaled"))["spec"]["replicas"] == 0
+    out = cluster.kubectl("scale", "-n", namespace, "sandbox/scaled", "--replicas=2", check=False)
+    assert out.returncode != 0
+    assert "less than or equal to 1" in out.stderr
+
+    pool = ext("SandboxWarmPool", "scaled", {"replicas": 1, "sandboxTemplateRef": {"name": "t"}})
+    create(cluster, pool, namespace)
+    cluster.kubectl("scale", "-n", namespace, "swp/scaled", "--replicas=7")
+    scale = call(cluster, "GET", kinds.SANDBOX_WARM_POOL.path(namespace, "scaled") + "/scale")
+    assert scale["spec"]["replicas"] == 7
+    out = cluster.kubectl("scale", "-n", namespace, "swp/scaled", "--replicas=-1", check=False)
+    assert out.returncode != 0
+
+
+# --------------------------------------------------------------------------- (d) printer columns
+def table(text: str) -> list[list[str]]:
+    return [re.split(r"\s{2,}", line.strip()) for line in text.strip().splitlines()]
+
+
+def test_kubectl_get_shows_the_printer_columns(cluster: DevCluster, namespace: str) -> None:
+    sb = create(cluster, sandbox("shown"), namespace)
+    sb["status"] = {
+        "replicas": 1,
+        "selector": "agents.x-k8s.io/sandbox-name-hash=12345678",
+        "podIPs": ["10.0.0.7"],
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "DependenciesReady",
+                "message": "Pod is Ready",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ],
+    }
+    call(cluster, "PUT", kinds.SANDBOX.path(namespace, "shown") + "/status", sb)
+    pool = create(
+        cluster,
+        ext("SandboxWarmPool", "shown", {"replicas": 3, "sandboxTemplateRef": {"name": "tpl"}}),
+        namespace,
+    )
+    pool["status"] = {"replicas": 3, "readyReplicas": 2, "selector": "x=y"}
+    call(cluster, "PUT", kinds.SANDBOX_WARM_POOL.path(namespace, "shown") + "/status", pool)
+    claim = create(
+        cluster, ext("SandboxClaim", "shown", {"sandboxTemplateRef": {"name": "tpl"}}), namespace
+    )
+    claim["status"] = {"sandbox": {"name": "shown"}, "conditions": sb["status"]["conditions"]}
+    call(cluster, "PUT", kinds.SANDBOX_CLAIM.path(namespace, "shown") + "/status", claim)
+
+    out = cluster.kubectl("get", "-n", namespace, "sandboxes,sandboxwarmpools").stdout
+    sandboxes, pools = out.strip().split("\n\n")
+    rows = table(sandboxes)
+    assert rows[0] == ["NAME", "READY", "REASON", "REPLICAS", "AGE"]
+    assert rows[1][:4] == ["sandbox.agents.x-k8s.io/shown", "True", "DependenciesReady", "1"]
+    rows = table(pools)
+    assert rows[0] == ["NAME", "DESIRED", "CURRENT", "READY", "TEMPLATE", "AGE"]
+    assert rows[1][:5] == ["sandboxwarmpool.extensions.agents.x-k8s.io/shown", "3", "3", "2", "tpl"]
+
+    rows = table(cluster.kubectl("get", "-n", namespace, "sandboxclaims").stdout)
+    assert rows[0] == ["NAME", "SANDBOX", "READY", "REASON", "AGE"]
+    assert rows[1][:4] == ["shown", "shown", "True", "DependenciesReady"]
+
+    wide = table(cluster.kubectl("get", "-n", namespace, "sandbox", "-o", "wide").stdout)
+    assert wide[0][-3:] == ["POD IPS", "SERVICE", "SHUTDOWN TIME"]
+    assert wide[1][-1] == '["10.0.0.7"]'
+
+    rows = table(cluster.kubectl("get", "-n", namespace, "swp").stdout)  # short name
+    assert rows[1][0] == "shown"

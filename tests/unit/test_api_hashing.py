@@ -1,0 +1,328 @@
+"""Hashes: FNV-1a name hashes (spec vectors) and the Go-compatible pod-template hash.
+
+The pod-template vectors below were computed by Go itself: ``go run ./hack/openapi/gojson hash``
+unmarshals each template into the typed structs (k8s.io/api v0.36.3) and hashes ``json.Marshal``
+of it, exactly as upstream does. Our serialisation must match byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from agentsandbox.api import keys
+from agentsandbox.api.gojson import GoJSONError, go_string, go_types
+from agentsandbox.api.hashing import (
+    fnv1a32,
+    name_hash,
+    pod_template_hash,
+    pod_template_json,
+    sandbox_selector,
+    template_ref_hash,
+    warm_pool_selector,
+)
+
+# core spec §2.2 and extensions spec §2.1
+SPEC_VECTORS = [
+    ("sandbox-name", "ab179450"),
+    ("test-sandbox", "86489827"),
+    ("my-sandbox", "374de8f5"),
+    ("", "811c9dc5"),
+    ("test-pool", "59733166"),
+    ("test-template", "69155462"),
+    ("other-template", "c349d772"),
+    ("pool", "91dd7983"),
+    ("tpl", "9d22159f"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), SPEC_VECTORS)
+def test_name_hash_spec_vectors(text: str, expected: str) -> None:
+    assert name_hash(text) == expected
+
+
+def test_fnv1a32_is_the_32_bit_fnv1a_primitive() -> None:
+    assert fnv1a32(b"") == 0x811C9DC5
+    assert fnv1a32(b"a") == 0xE40C292C  # published FNV-1a test vector
+    assert fnv1a32(b"foobar") == 0xBF9CF968  # published FNV-1a test vector
+
+
+def test_name_hash_is_always_eight_lower_case_hex_digits() -> None:
+    for text in ("a", "x" * 300, "ünïcødé", "sandbox-0"):
+        h = name_hash(text)
+        assert len(h) == 8
+        assert h == h.lower()
+        int(h, 16)
+
+
+def test_name_hash_hashes_utf8_bytes() -> None:
+    assert name_hash("é") == f"{fnv1a32('é'.encode()):08x}"
+
+
+def test_template_ref_hash_is_the_name_hash_of_the_template_name() -> None:
+    assert template_ref_hash("test-template") == "69155462"
+    assert template_ref_hash("other-template") == "c349d772"
+
+
+def test_selectors_use_the_tracking_labels() -> None:
+    assert sandbox_selector("sandbox-name") == f"{keys.LABEL_SANDBOX_NAME_HASH}=ab179450"
+    assert warm_pool_selector("test-pool") == f"{keys.LABEL_WARM_POOL_SANDBOX}=59733166"
+
+
+# --------------------------------------------------------------------------- pod-template hash
+def test_pod_template_hash_spec_example_json_and_hash() -> None:
+    tpl = {"spec": {"containers": [{"name": "test-container", "image": "test-image"}]}}
+    assert pod_template_json(tpl) == (
+        '{"spec":{"containers":[{"name":"test-container","image":"test-image",'
+        '"resources":{}}]},"metadata":{}}'
+    )
+    assert pod_template_hash(tpl) == "2473a66c"
+
+
+def test_pod_template_hash_ignores_key_order_and_unknown_fields() -> None:
+    a = {"spec": {"containers": [{"image": "test-image", "name": "test-container"}]}}
+    b = {
+        "metadata": {},
+        "spec": {"containers": [{"name": "test-container", "image": "test-image", "x": 1}]},
+    }
+    assert pod_template_hash(a) == pod_template_hash(b) == "2473a66c"
+
+
+GO_VECTORS: list[tuple[dict[str, Any], str]] = [
+    (
+        {
+            "metadata": {"labels": {"b": "2", "a": "1"}, "annotations": {"x": "<&>"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "i",
+                        "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                        "resources": {
+                            "limits": {"cpu": "1.5", "memory": "1024Mi"},
+                            "requests": {
+                                "cpu": "500m",
+                                "memory": "1e3",
+                                "ephemeral-storage": "0.5Gi",
+                            },
+                        },
+                    }
+                ],
+                "automountServiceAccountToken": False,
+                "dnsPolicy": "None",
+                "dnsConfig": {"nameservers": ["8.8.8.8", "1.1.1.1"]},
+            },
+        },
+        "197765a0",
+    ),
+    (
+        {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "i",
+                        "readinessProbe": {
+                            "httpGet": {"path": "/", "port": 8888},
+                            "periodSeconds": 1,
+                            "initialDelaySeconds": 0,
+                        },
+                        "livenessProbe": {"tcpSocket": {"port": "http"}},
+                        "env": [
+                            {"name": "A", "value": ""},
+                            {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                        ],
+                        "securityContext": {"allowPrivilegeEscalation": False, "runAsUser": 0},
+                    }
+                ],
+                "restartPolicy": "OnFailure",
+                "volumes": [
+                    {"name": "v", "emptyDir": {"sizeLimit": "1Gi"}},
+                    {
+                        "name": "d",
+                        "downwardAPI": {
+                            "items": [{"path": "p", "resourceFieldRef": {"resource": "limits.cpu"}}]
+                        },
+                    },
+                    {
+                        "name": "e",
+                        "ephemeral": {
+                            "volumeClaimTemplate": {
+                                "metadata": {"labels": {"a": "b"}},
+                                "spec": {
+                                    "accessModes": ["ReadWriteOnce"],
+                                    "resources": {"requests": {"storage": "1Gi"}},
+                                },
+                            }
+                        },
+                    },
+                ],
+                "tolerations": [{"key": "k", "operator": "Exists", "effect": ""}],
+                "hostAliases": [{"ip": "10.0.0.1", "hostnames": ["a"]}],
+                "initContainers": [],
+                "nodeSelector": {},
+            }
+        },
+        "7618a97a",
+    ),
+    (
+        {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "q",
+                        "image": "i",
+                        "resources": {
+                            "limits": {
+                                "a": "+1",
+                                "b": "01Ki",
+                                "c": "1E3",
+                                "d": "1000",
+                                "e": "1.5Ki",
+                                "f": "0.1n",
+                                "g": "100",
+                                "h": "12e6",
+                                "i": "1.5e3",
+                                "j": "-500m",
+                                "k": "2048",
+                                "l": "1Mi",
+                                "m": "0.0001",
+                                "n": "5Ei",
+                                "o": "1e-3",
+                                "p": "7Ki",
+                                "q": "8Ki",
+                                "r": "0",
+                                "s": "0Mi",
+                                "t": 123456789012,
+                                "u": "1.G",
+                                "v": "10e2",
+                                "w": "1024Ki",
+                                "x": "1.1Ki",
+                                "y": "0.5Ki",
+                                "z": "100E",
+                            }
+                        },
+                    }
+                ],
+                "terminationGracePeriodSeconds": 0,
+                "hostNetwork": False,
+                "overhead": {"cpu": "0.25"},
+            }
+        },
+        "7be22639",
+    ),
+    (
+        {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "unicode",
+                        "image": "i",
+                        "command": ["echo", "héllo \u2028 \t\n \u0001 \u007f \b \f 😀"],
+                        "args": [],
+                    }
+                ]
+            }
+        },
+        "5f09d69c",
+    ),
+    (
+        {
+            "spec": {
+                "containers": [{"name": "c", "image": "i"}],
+                "securityContext": {},
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "k", "operator": "In", "values": ["v"]}
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                },
+                "topologySpreadConstraints": [
+                    {
+                        "maxSkew": 1,
+                        "topologyKey": "z",
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {"matchLabels": {"a": "b"}},
+                    }
+                ],
+            },
+            "metadata": {},
+        },
+        "756bf5e1",
+    ),
+]
+
+
+@pytest.mark.parametrize(("template", "expected"), GO_VECTORS, ids=[h for _, h in GO_VECTORS])
+def test_pod_template_hash_matches_go(template: dict[str, Any], expected: str) -> None:
+    assert pod_template_hash(template) == expected
+
+
+def test_pod_template_json_go_details() -> None:
+    """The Go rules that matter: struct order, omitempty, zero structs, canonical quantities."""
+    out = json.loads(pod_template_json(GO_VECTORS[1][0]))
+    volumes = out["spec"]["volumes"]
+    assert list(out["spec"])[:2] == ["volumes", "containers"]  # Go field order, not ours
+    # non-pointer Quantity without omitzero: written as "0" even though absent
+    assert volumes[1]["downwardAPI"]["items"][0]["resourceFieldRef"]["divisor"] == "0"
+    # empty non-pointer slices/maps with omitempty vanish; explicit false/0 on pointers stay
+    assert "initContainers" not in out["spec"]
+    assert "nodeSelector" not in out["spec"]
+    assert out["spec"]["containers"][0]["securityContext"]["runAsUser"] == 0
+    assert out["spec"]["tolerations"] == [{"key": "k", "operator": "Exists"}]
+
+
+def test_pod_template_hash_rejects_what_go_cannot_decode() -> None:
+    with pytest.raises(GoJSONError):
+        pod_template_hash({"spec": {"containers": [{"name": 5}]}})
+    with pytest.raises(GoJSONError):
+        pod_template_hash({"spec": {"containers": "nope"}})
+    with pytest.raises(GoJSONError):
+        pod_template_hash(
+            {"spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "lots"}}}]}}
+        )
+
+
+def test_go_string_escapes_like_go() -> None:
+    assert go_string("<a&b>") == '"\\u003ca\\u0026b\\u003e"'
+    assert go_string("\u2028\u2029") == '"\\u2028\\u2029"'
+    assert go_string('"\\\n\t\b\f\x01') == '"\\"\\\\\\n\\t\\b\\f\\u0001"'
+    assert go_string("é😀") == '"é😀"'
+
+
+# --------------------------------------------------------------------------- Go layout table
+def _openapi_defs() -> dict[str, Any]:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "hack" / "openapi"
+    defs: dict[str, Any] = {}
+    for name in ("core-v1.json", "networking-v1.json"):
+        defs.update(json.loads((root / name).read_text())["schemas"])
+    return defs
+
+
+def test_go_layout_covers_every_openapi_field_of_the_same_kubernetes_version() -> None:
+    """The Go struct table and the OpenAPI snapshot describe the same types field for field."""
+    types = go_types()
+    defs = _openapi_defs()
+    compared = 0
+    for go_name, fields in types.structs.items():
+        if not go_name.startswith(("k8s.io/api/", "k8s.io/apimachinery/")):
+            continue
+        oa_name = "io." + go_name.replace("/", ".").replace("k8s.io.", "k8s.", 1)
+        if oa_name not in defs or "properties" not in defs[oa_name]:
+            continue
+        assert {f.name for f in fields} == set(defs[oa_name]["properties"]), go_name
+        compared += 1
+    assert compared > 90
+    assert types.roots["podTemplate"] == "@agentsandbox.PodTemplate"
+    assert [f.name for f in types.structs["agentsandbox.PodTemplate"]] == ["spec", "metadata"]
