@@ -1,0 +1,183 @@
+"""Leader election on a real Lease: one leader, fast hand-over, and work stops when it is lost.
+
+Timings are scaled down from controller-runtime's 15/10/2 s to keep the suite fast; the rules
+are the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from agentsandbox.kube.client import Client
+from agentsandbox.kube.controller import ControllerBuilder, Request, Result
+from agentsandbox.kube.leaderelection import LeaderElector, format_micro_time
+from agentsandbox.kube.manager import LeaderElectionLost, Manager
+from agentsandbox.kube.resources import CONFIGMAPS, LEASES
+
+from .runtime_helpers import eventually, sample
+
+LEASE = {"lease_duration": 3.0, "renew_deadline": 2.0, "retry_period": 0.25}
+
+
+@pytest.fixture
+async def client(kubeconfig: str) -> AsyncIterator[Client]:
+    async with Client.from_kubeconfig(kubeconfig, qps=0) as c:
+        yield c
+
+
+class Replica:
+    """One manager with one controller that records what it reconciled."""
+
+    def __init__(self, client: Client, namespace: str, name: str, **options: Any) -> None:
+        self.seen: list[Request] = []
+        self.cancelled = 0
+        self.block = False
+        self.manager = Manager(
+            client,
+            leader_election=True,
+            leader_election_id="runtime-test",
+            leader_election_namespace=namespace,
+            leader_election_identity=name,
+            **{**LEASE, **options},
+        )
+        ControllerBuilder(self.manager).named(f"le-{name}").for_(
+            CONFIGMAPS, namespace=namespace
+        ).complete(self.reconcile)
+        self.task: asyncio.Task[None] | None = None
+
+    async def reconcile(self, request: Request) -> Result:
+        self.seen.append(request)
+        if self.block:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        return Result()
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.manager.run(handle_signals=False))
+
+    async def stop(self) -> None:
+        self.manager.stop()
+        assert self.task is not None
+        await asyncio.wait_for(self.task, 30)
+
+
+async def holder(client: Client, namespace: str) -> str:
+    lease = await client.get(LEASES, "runtime-test", namespace)
+    return str(lease["spec"].get("holderIdentity") or "")
+
+
+async def test_exactly_one_replica_reconciles_and_the_other_takes_over_on_shutdown(
+    client: Client, namespace: str
+) -> None:
+    await client.create(CONFIGMAPS, {"metadata": {"name": "work"}}, namespace)
+    a, b = Replica(client, namespace, "a"), Replica(client, namespace, "b")
+    a.start()
+    await eventually(lambda: a.manager.is_leader, what="a leads")
+    b.start()
+    try:
+        await eventually(lambda: a.seen, what="a reconciles")
+        await asyncio.sleep(1.0)  # several of b's retry periods
+        assert not b.manager.is_leader and b.seen == []
+        assert await holder(client, namespace) == "a"
+
+        await a.stop()  # releases the Lease
+        stopped = time.monotonic()
+        await eventually(lambda: b.seen, within=LEASE["lease_duration"], what="b takes over")
+        took = time.monotonic() - stopped
+        assert took < LEASE["lease_duration"]
+        assert await holder(client, namespace) == "b"
+        assert sample("leader_election_master_status", {"name": "runtime-test"}) == 1
+        lease = await client.get(LEASES, "runtime-test", namespace)
+        assert lease["spec"]["leaseTransitions"] >= 1
+        assert lease["spec"]["leaseDurationSeconds"] == 3
+    finally:
+        await b.stop()
+    released = await client.get(LEASES, "runtime-test", namespace)
+    assert released["spec"].get("holderIdentity", "") == ""
+    assert released["spec"]["leaseDurationSeconds"] == 1
+    assert sample("leader_election_master_status", {"name": "runtime-test"}) == 0
+
+
+async def test_a_crashed_leader_is_replaced_once_its_lease_expires(
+    client: Client, namespace: str
+) -> None:
+    await client.create(CONFIGMAPS, {"metadata": {"name": "work"}}, namespace)
+    a = Replica(client, namespace, "a", leader_election_release_on_cancel=False)
+    b = Replica(client, namespace, "b")
+    a.start()
+    await eventually(lambda: a.manager.is_leader, what="a leads")
+    b.start()
+    try:
+        await eventually(lambda: a.seen, what="a reconciles")
+        await a.stop()  # no release: looks like a crash to b
+        assert await holder(client, namespace) == "a"
+        gone = time.monotonic()
+        await eventually(lambda: b.seen, within=10, what="b takes over")
+        took = time.monotonic() - gone
+        # b waits until the record it observed is lease_duration old, measured on its own clock.
+        assert 1.0 < took < LEASE["lease_duration"] + 1.5
+    finally:
+        await b.stop()
+
+
+async def test_losing_the_lease_stops_the_work_at_once(client: Client, namespace: str) -> None:
+    await client.create(CONFIGMAPS, {"metadata": {"name": "slow"}}, namespace)
+    a = Replica(client, namespace, "a")
+    a.block = True
+    a.start()
+    await eventually(lambda: a.seen, what="a reconciles")
+    # Someone else takes the Lease behind a's back (e.g. a partitioned leader).
+    lease = await client.get(LEASES, "runtime-test", namespace)
+    now = format_micro_time(datetime.datetime.now(datetime.UTC))
+    lease["spec"].update(holderIdentity="intruder", renewTime=now, leaseDurationSeconds=60)
+    await client.update(LEASES, lease, namespace)
+    stolen = time.monotonic()
+    assert a.task is not None
+    with pytest.raises(LeaderElectionLost):
+        await asyncio.wait_for(a.task, 10)
+    took = time.monotonic() - stolen
+    # Seeing another holder with a valid lease ends leadership at the next renewal, without
+    # waiting for the renew deadline.
+    assert took < LEASE["renew_deadline"]
+    assert a.cancelled == 1, "the running reconcile was cancelled"
+    assert await holder(client, namespace) == "intruder"  # a lost lease is not "released"
+    assert sample("leader_election_master_status", {"name": "runtime-test"}) == 0
+
+
+async def test_elector_creates_renews_and_releases_the_lease(
+    client: Client, namespace: str
+) -> None:
+    events: list[str] = []
+    elector = LeaderElector(
+        client,
+        name="runtime-test",
+        namespace=namespace,
+        identity="solo",
+        on_started_leading=lambda: events.append("started"),
+        on_stopped_leading=lambda: events.append("stopped"),
+        on_new_leader=lambda who: events.append(f"leader={who}"),
+        lease_duration=LEASE["lease_duration"],
+        renew_deadline=LEASE["renew_deadline"],
+        retry_period=LEASE["retry_period"],
+    )
+    elector.start()
+    await asyncio.wait_for(elector.wait_leading(), 5)
+    first = (await client.get(LEASES, "runtime-test", namespace))["spec"]
+    assert first["holderIdentity"] == "solo" and first["leaseTransitions"] == 0
+    await asyncio.sleep(0.6)
+    renewed = (await client.get(LEASES, "runtime-test", namespace))["spec"]
+    assert renewed["renewTime"] > first["renewTime"]
+    assert renewed["acquireTime"] == first["acquireTime"]
+    await elector.stop()
+    assert events == ["leader=solo", "started", "stopped"]
+    released = (await client.get(LEASES, "runtime-test", namespace))["spec"]
+    assert released.get("holderIdentity", "") == "" and released["leaseDurationSeconds"] == 1
