@@ -165,7 +165,9 @@ class DevCluster:
             self._install_crds()
             self._create_nodes()
             for name in START_ORDER[2:]:
-                self._launch(name, timeout)
+                # kwok v0.8.0 sometimes dies at start-up with "concurrent map writes" (a race in
+                # its CEL environment set-up); a fresh start succeeds, so give it three tries.
+                self._launch(name, timeout, attempts=3 if name == "kwok" else 1)
             self._wait_nodes_ready(timeout)
             self._write_state(time.monotonic() - started)
         except BaseException:
@@ -448,7 +450,19 @@ class DevCluster:
             return lambda: http_ok(f"http://127.0.0.1:{port}/healthz")
         raise ValueError(name)
 
-    def _launch(self, name: str, timeout: float) -> None:
+    def _launch(self, name: str, timeout: float, attempts: int = 1) -> None:
+        for attempt in range(1, attempts + 1):
+            try:
+                self._launch_once(name, timeout)
+                return
+            except ClusterStartError:
+                comp = self.components.get(name)
+                if attempt == attempts or comp is None or comp.alive():
+                    raise
+                with (self.logs / f"{name}.log").open("a") as log:
+                    log.write(f"\n--- {name} exited during start-up; retry {attempt} ---\n")
+
+    def _launch_once(self, name: str, timeout: float) -> None:
         argv = self._argv(name)
         log = self.logs / f"{name}.log"
         comp = Component(name, argv, log, self._health(name))
