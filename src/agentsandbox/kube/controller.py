@@ -33,6 +33,7 @@ from . import metrics
 from .errors import (
     AlreadyExists,
     ApiConnectionError,
+    ApiError,
     Conflict,
     Gone,
     KubeError,
@@ -77,6 +78,8 @@ log = logging.getLogger(__name__)
 
 #: Errors a reconciler meets in normal operation (stale cache, lost race, server busy); logged as
 #: one line, retried with backoff, not counted as panics.
+#: Any error the API server answered with carries its own explanation (a quota, an admission
+#: rule, a validation message), so every :class:`ApiError` is logged as one line too.
 EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
     NotFound,
     Conflict,
@@ -84,6 +87,7 @@ EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
     Gone,
     TooManyRequests,
     ApiConnectionError,
+    ApiError,
 )
 
 
