@@ -538,7 +538,8 @@ class DevCluster:
                     "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
                 )
                 conds = {
-                    c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])
+                    c.get("type"): c.get("status")
+                    for c in (crd.get("status") or {}).get("conditions") or []
                 }
                 if conds.get("Established") == "True":
                     break
