@@ -1,0 +1,68 @@
+"""agent-sandbox-controller start-up: version, bad flags and bad config end fast with one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentsandbox.cli.controller import main, version_text
+
+CMD = [sys.executable, "-m", "agentsandbox.cli.controller"]
+
+
+def run(*args: str, timeout: float = 20) -> tuple[subprocess.CompletedProcess[str], float]:
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [*CMD, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    return proc, time.monotonic() - t0
+
+
+def test_version_prints_the_version_block_and_exits_zero(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--version"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("agent-sandbox-controller, version ")
+    assert "(revision: " in out and "platform:" in out
+    assert version_text().splitlines()[0] in out
+
+
+def test_unknown_flag_exits_2_with_go_style_message() -> None:
+    proc, took = run("--no-such-flag")
+    assert proc.returncode == 2
+    assert "flag provided but not defined: -no-such-flag" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert took < 10
+
+
+def test_non_positive_batch_size_is_rejected_at_start_up() -> None:
+    proc, _ = run("--sandbox-warm-pool-max-batch-size=0", "--leader-elect=false")
+    assert proc.returncode == 1
+    assert "--sandbox-warm-pool-max-batch-size must be greater than 0, got 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_kubeconfig_is_one_clear_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    proc, took = run(f"--kubeconfig={missing}", "--leader-elect=false")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert str(missing) in proc.stderr
+    assert took < 15
+
+
+def test_leader_election_outside_a_cluster_needs_a_namespace(tmp_path: Path) -> None:
+    from agentsandbox.cli.controller import StartupError, leader_election_namespace
+    from agentsandbox.cli.options import Options, build_flagset
+
+    values, _ = build_flagset().parse([])
+    opts = Options.from_values(values, set())
+    with pytest.raises(StartupError, match="--leader-election-namespace"):
+        leader_election_namespace(opts)
+    values, _ = build_flagset().parse(["--leader-election-namespace=system"])
+    assert leader_election_namespace(Options.from_values(values, set())) == "system"
