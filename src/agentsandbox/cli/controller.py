@@ -1,0 +1,178 @@
+"""``agent-sandbox-controller``: the manager process (upstream ``cmd/agent-sandbox-controller``).
+
+Runs in its own process (the console script calls :func:`main` directly). Every problem found
+before the controllers start — a bad flag, an unreadable kubeconfig, CRDs not installed, a flag
+value upstream rejects — ends the process within seconds with one clear line and a non-zero exit
+code, never a traceback or a crash loop that hides the cause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from agentsandbox import __version__
+from agentsandbox.api.kinds import CORE_GROUP, EXTENSIONS_GROUP, V1BETA1
+from agentsandbox.kube.client import Client
+from agentsandbox.kube.config import ConfigError
+from agentsandbox.kube.errors import KubeError, NotFound
+from agentsandbox.kube.manager import LeaderElectionLost, Manager
+
+from . import logsetup
+from .goflags import FlagError, HelpRequested
+from .options import LEADER_ELECTION_ID, Options, build_flagset, given_flags
+
+log = logging.getLogger("agentsandbox.setup")
+
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+GIT_SHA = os.environ.get("AGENTSANDBOX_GIT_SHA", "unknown")
+BUILD_DATE = os.environ.get("AGENTSANDBOX_BUILD_DATE", "unknown")
+
+
+class StartupError(Exception):
+    """A reason not to start; ``str()`` is the one line printed before exiting 1."""
+
+
+def version_text() -> str:
+    return "\n".join(
+        [
+            f"agent-sandbox-controller, version {__version__} (revision: {GIT_SHA})",
+            f"  build date:       {BUILD_DATE}",
+            f"  python version:   {platform.python_version()}",
+            f"  compiler:         {platform.python_implementation()}",
+            f"  platform:         {sys.platform}/{platform.machine()}",
+        ]
+    )
+
+
+def leader_election_namespace(opts: Options) -> str:
+    if opts.leader_election_namespace:
+        return opts.leader_election_namespace
+    try:
+        return SA_NAMESPACE_FILE.read_text().strip()
+    except OSError:
+        raise StartupError(
+            "leader election is on but no namespace is known: pass "
+            "--leader-election-namespace=<ns> (or --leader-elect=false) when running "
+            "outside a cluster"
+        ) from None
+
+
+async def check_crds(client: Client, extensions: bool) -> None:
+    """Fail fast with a clear message when our API groups are not served."""
+    groups = [CORE_GROUP] + ([EXTENSIONS_GROUP] if extensions else [])
+    for group in groups:
+        try:
+            await client.raw("GET", f"/apis/{group}/{V1BETA1}")
+        except NotFound:
+            raise StartupError(
+                f"the API group {group}/{V1BETA1} is not served: install the CRDs first "
+                "(kubectl apply -f deploy/crds/)"
+            ) from None
+
+
+async def run(opts: Options) -> None:
+    client = await Client.from_kubeconfig(
+        opts.kubeconfig or None,
+        qps=opts.kube_api_qps,
+        burst=opts.kube_api_burst,
+        pool_size=max(
+            100,
+            opts.sandbox_concurrent_workers
+            + opts.sandbox_warm_pool_concurrent_workers
+            + opts.sandbox_claim_concurrent_workers,
+        ),
+    )
+    try:
+        await check_crds(client, opts.extensions)
+        mgr = Manager(
+            client,
+            metrics_bind_address=opts.metrics_bind_address,
+            health_probe_bind_address=opts.health_probe_bind_address,
+            leader_election=opts.leader_elect,
+            leader_election_id=LEADER_ELECTION_ID,
+            leader_election_namespace=(
+                leader_election_namespace(opts) if opts.leader_elect else None
+            ),
+        )
+        register_controllers(mgr, opts)
+        await mgr.run()
+    finally:
+        await client.close()
+
+
+def register_controllers(mgr: Manager, opts: Options) -> None:
+    from agentsandbox.controllers import sandbox, warmpool
+    from agentsandbox.controllers.warmpool_plan import Settings
+
+    sandbox.setup(mgr, opts.sandbox_concurrent_workers, opts.cluster_domain)
+    if opts.extensions:
+        warmpool.setup(
+            mgr,
+            Settings(
+                max_batch_size=opts.sandbox_warm_pool_max_batch_size,
+                readiness_grace_period=opts.sandbox_warm_pool_readiness_grace_period,
+                unschedulable_recheck_interval=(
+                    opts.sandbox_warm_pool_unschedulable_recheck_interval
+                ),
+            ),
+            workers=opts.sandbox_warm_pool_concurrent_workers,
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    flags = build_flagset()
+    try:
+        values, rest = flags.parse(args)
+    except HelpRequested:
+        print(flags.usage(), file=sys.stderr)
+        return 0
+    except FlagError as err:
+        print(f"{err}\n{flags.usage()}", file=sys.stderr)
+        return 2
+    if values["version"]:
+        print(version_text())
+        return 0
+    opts = Options.from_values(values, given_flags(args))
+    try:
+        logsetup.configure(
+            opts.zap_devel, opts.zap_encoder, opts.zap_log_level, opts.zap_time_encoding
+        )
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    errors = opts.errors()
+    if errors:
+        for line in errors:
+            log.error("invalid flags: %s", line)
+        return 1
+    if rest:
+        log.warning("ignoring positional arguments: %s", " ".join(rest))
+    for line in opts.warnings():
+        log.warning("%s", line)
+    if opts.enable_tracing:
+        log.warning("--enable-tracing: tracing is not implemented yet; continuing without it")
+    try:
+        asyncio.run(run(opts))
+    except (ConfigError, StartupError) as err:
+        log.error("%s", err)
+        return 1
+    except LeaderElectionLost as err:
+        log.error("leader election lost: %s", err)
+        return 1
+    except KubeError as err:
+        log.error("cannot talk to the API server: %s", err)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
