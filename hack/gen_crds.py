@@ -391,6 +391,10 @@ def int32(description: str = "", **extra: Any) -> Schema:
     return _described({"type": "integer", "format": "int32", **extra}, description)
 
 
+def int64(description: str = "", **extra: Any) -> Schema:
+    return _described({"type": "integer", "format": "int64", **extra}, description)
+
+
 def boolean(description: str = "") -> Schema:
     return _described({"type": "boolean"}, description)
 
@@ -688,6 +692,8 @@ class Schemas:
         )
         status = obj(
             {
+                "conditions": conditions(),
+                "observedGeneration": int64("The generation of the spec this status describes."),
                 "readyReplicas": int32("Warm sandboxes that are Ready."),
                 "replicas": int32("Warm sandboxes in the pool."),
                 "selector": string("Label selector of the pool's sandboxes (scale subresource)."),
