@@ -159,6 +159,8 @@ class WarmPoolReconciler:
         self.settings = settings or Settings()
         self.clock = clock
         self.expectations = Expectations()
+        # pool key of each sandbox we asked to delete: orphans have no owner to map them back
+        self._deleting: dict[str, str] = {}
         sandboxes.add_index(POOL_INDEX, pool_index)
         pools.add_index(TEMPLATE_INDEX, template_index)
         sandboxes.add_handler(self._on_add, self._on_update, self._on_delete)
@@ -170,20 +172,22 @@ class WarmPoolReconciler:
             self.expectations.creation_observed(key)
 
     def _on_update(self, old: KubeObject, new: KubeObject) -> None:
-        key = _pool_owner_key(new) or _pool_owner_key(old)
-        if key is None:
-            return
         if new["metadata"].get("deletionTimestamp") and not old["metadata"].get(
             "deletionTimestamp"
         ):
-            self.expectations.deletion_observed(key, new["metadata"]["uid"])
-        if is_sandbox_ready(new) and not is_sandbox_ready(old):
+            self._deletion_seen(new)
+        key = _pool_owner_key(new)
+        if key is not None and is_sandbox_ready(new) and not is_sandbox_ready(old):
             self._observe_time_to_ready(new, key)
 
     def _on_delete(self, sb: KubeObject) -> None:
-        key = _pool_owner_key(sb)
+        self._deletion_seen(sb)
+
+    def _deletion_seen(self, sb: KubeObject) -> None:
+        uid = sb["metadata"].get("uid", "")
+        key = self._deleting.pop(uid, None) or _pool_owner_key(sb)
         if key is not None:
-            self.expectations.deletion_observed(key, sb["metadata"].get("uid", ""))
+            self.expectations.deletion_observed(key, uid)
 
     def _observe_time_to_ready(self, sb: KubeObject, key: str) -> None:
         cond = find_condition((sb.get("status") or {}).get("conditions"), "Ready")
@@ -323,6 +327,7 @@ class WarmPoolReconciler:
         ns, pool = key.split("/", 1)
         if record:
             self.expectations.expect_deletions(key, [meta["uid"]])
+        self._deleting[meta["uid"]] = key
         try:
             await self.client.delete(
                 SANDBOXES,
@@ -332,9 +337,11 @@ class WarmPoolReconciler:
                 propagation_policy="Background",
             )
         except NotFound:
+            self._deleting.pop(meta["uid"], None)
             self.expectations.deletion_observed(key, meta["uid"])
             return None
         except KubeError as err:
+            self._deleting.pop(meta["uid"], None)
             self.expectations.deletion_failed(key, meta["uid"])
             return err
         DELETES.labels(ns, pool, reason).inc()
