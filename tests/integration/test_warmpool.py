@@ -1,0 +1,447 @@
+"""The SandboxWarmPool controller against the real local control plane.
+
+Each test runs the Sandbox and SandboxWarmPool controllers in-process (a Manager, leader
+election off) and drives them only through the API: pods are scheduled by kube-scheduler and
+made Ready by kwok, sandboxes are removed by the real garbage collector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from agentsandbox.api import keys
+from agentsandbox.api.defaults import apply_sandbox_secure_defaults
+from agentsandbox.api.hashing import name_hash, pod_template_hash
+from agentsandbox.api.kinds import SANDBOX, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
+from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
+from agentsandbox.controllers import sandbox as sandbox_controller
+from agentsandbox.controllers import warmpool
+from agentsandbox.controllers.warmpool_plan import Settings
+from agentsandbox.devcluster import LIFECYCLE_LABEL, DevCluster
+from agentsandbox.kube import metrics
+from agentsandbox.kube.client import Client
+from agentsandbox.kube.config import load_kubeconfig
+from agentsandbox.kube.errors import NotFound
+from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.resources import NAMESPACES
+
+from .runtime_helpers import running
+
+
+@pytest.fixture
+async def client(kubeconfig: str) -> AsyncIterator[Client]:
+    c = Client(await load_kubeconfig(kubeconfig), qps=0, pool_size=100)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+@contextlib.asynccontextmanager
+async def controllers(
+    client: Client, settings: Settings | None = None, workers: int = 4
+) -> AsyncIterator[Manager]:
+    mgr = Manager(client)
+    sandbox_controller.setup(mgr, 8, "cluster.local")
+    warmpool.setup(mgr, settings or Settings(), workers=workers)
+    async with running(mgr):
+        await asyncio.wait_for(mgr.wait_started(), 20)
+        yield mgr
+
+
+def template_obj(name: str, image: str = "example/python:1", **pod_labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": SANDBOX_TEMPLATE.api_version,
+        "kind": "SandboxTemplate",
+        "metadata": {"name": name},
+        "spec": {
+            "podTemplate": {
+                "metadata": {"labels": dict(pod_labels)},
+                "spec": {"containers": [{"name": "main", "image": image}]},
+            }
+        },
+    }
+
+
+def pool_obj(
+    name: str, template: str, replicas: int, strategy: str | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"replicas": replicas, "sandboxTemplateRef": {"name": template}}
+    if strategy:
+        spec["updateStrategy"] = {"type": strategy}
+    return {
+        "apiVersion": SANDBOX_WARM_POOL.api_version,
+        "kind": "SandboxWarmPool",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+async def pool_sandboxes(client: Client, ns: str, pool: str) -> list[dict[str, Any]]:
+    listed = await client.list(
+        SANDBOXES, ns, label_selector=f"{keys.LABEL_WARM_POOL_SANDBOX}={name_hash(pool)}"
+    )
+    return [s for s in listed.items if not s["metadata"].get("deletionTimestamp")]
+
+
+def ready(sb: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (sb.get("status") or {}).get("conditions", [])
+    )
+
+
+def image_of(sb: dict[str, Any]) -> str:
+    return str(sb["spec"]["podTemplate"]["spec"]["containers"][0]["image"])
+
+
+async def wait_ready_pool(
+    client: Client, ns: str, pool: str, n: int, within: float = 60
+) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + within
+    last: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        last = await pool_sandboxes(client, ns, pool)
+        if len(last) == n and all(ready(s) for s in last):
+            p = await client.get(SANDBOX_WARM_POOLS, pool, ns)
+            st = p.get("status") or {}
+            if st.get("readyReplicas") == n and st.get("replicas") == n:
+                return last
+        await asyncio.sleep(0.1)
+    raise AssertionError(
+        f"pool {ns}/{pool} not at {n} Ready within {within}s: "
+        f"{[(s['metadata']['name'], ready(s)) for s in last]}"
+    )
+
+
+async def test_pool_fills_to_replicas_ready_and_reports_status(
+    client: Client, namespace: str
+) -> None:
+    await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 5), namespace)
+    async with controllers(client):
+        sbs = await wait_ready_pool(client, namespace, "pool", 5)
+    p = await client.get(SANDBOX_WARM_POOLS, "pool", namespace)
+    assert p["status"]["selector"] == f"{keys.LABEL_WARM_POOL_SANDBOX}={name_hash('pool')}"
+    assert p["status"]["observedGeneration"] == p["metadata"]["generation"]
+    cond = {c["type"]: c for c in p["status"]["conditions"]}["Ready"]
+    assert (cond["status"], cond["reason"]) == ("True", "PoolReady")
+    for sb in sbs:
+        assert sb["metadata"]["generateName"] == "pool-"
+        owner = sb["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["uid"], owner["controller"]) == (
+            "SandboxWarmPool",
+            p["metadata"]["uid"],
+            True,
+        )
+        assert sb["metadata"]["annotations"][keys.ANNOTATION_SANDBOX_TEMPLATE_REF] == "tpl"
+        spec = sb["spec"]["podTemplate"]["spec"]
+        assert spec["automountServiceAccountToken"] is False and spec["dnsPolicy"] == "None"
+
+
+async def test_scale_subresource_up_and_down_deletes_unready_first(
+    client: Client, namespace: str, cluster: DevCluster
+) -> None:
+    await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 2), namespace)
+    async with controllers(client):
+        await wait_ready_pool(client, namespace, "pool", 2)
+        cluster.kubectl("scale", "sandboxwarmpool/pool", "-n", namespace, "--replicas=4")
+        await wait_ready_pool(client, namespace, "pool", 4)
+        # make one sandbox unready: suspend it (replicas 0 -> Ready=False, SandboxSuspended)
+        victims = await pool_sandboxes(client, namespace, "pool")
+        unready = victims[0]["metadata"]["name"]
+        await client.patch(SANDBOXES, unready, {"spec": {"replicas": 0}}, namespace)
+        deadline = time.monotonic() + 20
+        while (
+            (await client.get(SANDBOX_WARM_POOLS, "pool", namespace))["status"].get("readyReplicas")
+        ) != 3:
+            assert time.monotonic() < deadline, "suspended sandbox never counted as unready"
+            await asyncio.sleep(0.1)
+        cluster.kubectl("scale", "sandboxwarmpool/pool", "-n", namespace, "--replicas=3")
+        left = await wait_ready_pool(client, namespace, "pool", 3)
+    assert unready not in {s["metadata"]["name"] for s in left}
+
+
+async def rollout(client: Client, ns: str, strategy: str) -> tuple[set[str], list[dict[str, Any]]]:
+    await client.create(SANDBOX_TEMPLATES, template_obj("tpl", image="app:v1"), ns)
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 2, strategy), ns)
+    before = await wait_ready_pool(client, ns, "pool", 2)
+    tpl = await client.get(SANDBOX_TEMPLATES, "tpl", ns)
+    tpl["spec"]["podTemplate"]["spec"]["containers"][0]["image"] = "app:v2"
+    await client.update(SANDBOX_TEMPLATES, tpl, ns)
+    return {s["metadata"]["name"] for s in before}, before
+
+
+async def test_template_change_rolls_every_sandbox_under_recreate(
+    client: Client, namespace: str
+) -> None:
+    async with controllers(client):
+        old_names, _ = await rollout(client, namespace, "Recreate")
+
+        async def rolled() -> list[dict[str, Any]] | None:
+            sbs = await pool_sandboxes(client, namespace, "pool")
+            if len(sbs) == 2 and all(image_of(s) == "app:v2" and ready(s) for s in sbs):
+                return sbs
+            return None
+
+        deadline = time.monotonic() + 60
+        sbs = None
+        while sbs is None and time.monotonic() < deadline:
+            sbs = await rolled()
+            await asyncio.sleep(0.1)
+        assert sbs is not None, "Recreate did not roll the pool to app:v2"
+    assert not old_names & {s["metadata"]["name"] for s in sbs}
+
+
+async def test_template_change_under_on_replenish_only_affects_replacements(
+    client: Client, namespace: str
+) -> None:
+    async with controllers(client):
+        old_names, before = await rollout(client, namespace, "OnReplenish")
+        await asyncio.sleep(2.0)  # give a wrong implementation time to roll
+        now = await pool_sandboxes(client, namespace, "pool")
+        assert {s["metadata"]["name"] for s in now} == old_names
+        assert {image_of(s) for s in now} == {"app:v1"}
+        await client.delete(SANDBOXES, before[0]["metadata"]["name"], namespace)
+        await wait_ready_pool(client, namespace, "pool", 2)
+        images = sorted(image_of(s) for s in await pool_sandboxes(client, namespace, "pool"))
+    assert images == ["app:v1", "app:v2"]
+
+
+async def test_repointing_to_an_identical_template_under_another_name_replaces_all(
+    client: Client, namespace: str
+) -> None:
+    await client.create(SANDBOX_TEMPLATES, template_obj("old"), namespace)
+    await client.create(SANDBOX_TEMPLATES, template_obj("new"), namespace)
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "old", 2, "Recreate"), namespace)
+    async with controllers(client):
+        before = {
+            s["metadata"]["name"] for s in await wait_ready_pool(client, namespace, "pool", 2)
+        }
+        await client.patch(
+            SANDBOX_WARM_POOLS,
+            "pool",
+            {"spec": {"sandboxTemplateRef": {"name": "new"}}},
+            namespace,
+        )
+
+        async def replaced() -> bool:
+            sbs = await pool_sandboxes(client, namespace, "pool")
+            return len(sbs) == 2 and all(
+                s["metadata"]["labels"][keys.LABEL_SANDBOX_TEMPLATE_REF_HASH] == name_hash("new")
+                and ready(s)
+                for s in sbs
+            )
+
+        deadline = time.monotonic() + 60
+        while not await replaced():
+            assert time.monotonic() < deadline, "pool was not re-pointed"
+            await asyncio.sleep(0.1)
+        after = {s["metadata"]["name"] for s in await pool_sandboxes(client, namespace, "pool")}
+    assert not before & after
+
+
+def orphan_sandbox(ns: str, pool: str, tpl: dict[str, Any], image: str) -> dict[str, Any]:
+    spec = copy.deepcopy(tpl["spec"]["podTemplate"]["spec"])
+    spec["containers"][0]["image"] = image
+    spec = apply_sandbox_secure_defaults(tpl, spec)
+    labels = {
+        keys.LABEL_WARM_POOL_SANDBOX: name_hash(pool),
+        keys.LABEL_SANDBOX_TEMPLATE_REF_HASH: name_hash(tpl["metadata"]["name"]),
+        keys.LABEL_SANDBOX_POD_TEMPLATE_HASH: pod_template_hash(tpl["spec"]["podTemplate"]),
+    }
+    return {
+        "apiVersion": SANDBOX.api_version,
+        "kind": "Sandbox",
+        "metadata": {"generateName": "orphan-", "namespace": ns, "labels": labels},
+        "spec": {"replicas": 1, "podTemplate": {"metadata": {"labels": labels}, "spec": spec}},
+    }
+
+
+async def test_spoofed_orphan_is_deleted_and_genuine_orphan_is_adopted(
+    client: Client, namespace: str
+) -> None:
+    tpl = template_obj("tpl")
+    await client.create(SANDBOX_TEMPLATES, tpl, namespace)
+    tpl["metadata"]["namespace"] = namespace
+    spoofed = await client.create(
+        SANDBOXES, orphan_sandbox(namespace, "pool", tpl, "evil/miner:1"), namespace
+    )
+    genuine = await client.create(
+        SANDBOXES, orphan_sandbox(namespace, "pool", tpl, "example/python:1"), namespace
+    )
+    pool = await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 2), namespace)
+    async with controllers(client):
+        sbs = await wait_ready_pool(client, namespace, "pool", 2)
+    names = {s["metadata"]["name"] for s in sbs}
+    assert genuine["metadata"]["name"] in names
+    assert spoofed["metadata"]["name"] not in names
+    with pytest.raises(NotFound):
+        await client.get(SANDBOXES, spoofed["metadata"]["name"], namespace)
+    adopted = await client.get(SANDBOXES, genuine["metadata"]["name"], namespace)
+    assert adopted["metadata"]["ownerReferences"][0]["uid"] == pool["metadata"]["uid"]
+    assert all(image_of(s) == "example/python:1" for s in sbs)
+
+
+async def test_sandbox_stuck_unready_past_the_grace_period_is_replaced(
+    client: Client, namespace: str
+) -> None:
+    await client.create(
+        SANDBOX_TEMPLATES, template_obj("tpl", **{LIFECYCLE_LABEL: "never-ready"}), namespace
+    )
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 1), namespace)
+    seen: set[str] = set()
+    most = 0
+    async with controllers(client, Settings(readiness_grace_period=2.0)):
+        deadline = time.monotonic() + 40
+        while len(seen) < 3 and time.monotonic() < deadline:
+            sbs = await pool_sandboxes(client, namespace, "pool")
+            most = max(most, len(sbs))
+            seen |= {s["metadata"]["name"] for s in sbs}
+            await asyncio.sleep(0.1)
+    assert len(seen) >= 3, f"stuck sandboxes were not replaced: {seen}"
+    assert most == 1  # never more than spec.replicas at once
+
+
+async def test_missing_template_writes_status_creates_nothing_then_fills(
+    client: Client, namespace: str
+) -> None:
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "later", 3), namespace)
+    async with controllers(client):
+
+        async def reported() -> dict[str, Any] | None:
+            p = await client.get(SANDBOX_WARM_POOLS, "pool", namespace)
+            conds = {c["type"]: c for c in (p.get("status") or {}).get("conditions", [])}
+            return p if conds.get("Ready", {}).get("reason") == "TemplateNotFound" else None
+
+        deadline = time.monotonic() + 20
+        p = None
+        while p is None:
+            assert time.monotonic() < deadline, "TemplateNotFound never reported"
+            p = await reported()
+            await asyncio.sleep(0.1)
+        assert p["status"]["replicas"] == 0
+        assert await pool_sandboxes(client, namespace, "pool") == []
+        await client.create(SANDBOX_TEMPLATES, template_obj("later"), namespace)
+        await wait_ready_pool(client, namespace, "pool", 3)
+
+
+async def test_deleting_the_pool_removes_its_sandboxes(client: Client, namespace: str) -> None:
+    await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 3), namespace)
+    async with controllers(client):
+        await wait_ready_pool(client, namespace, "pool", 3)
+        await client.delete(SANDBOX_WARM_POOLS, "pool", namespace)
+        deadline = time.monotonic() + 60
+        while await pool_sandboxes(client, namespace, "pool"):
+            assert time.monotonic() < deadline, "garbage collector did not remove the sandboxes"
+            await asyncio.sleep(0.2)
+
+
+async def _apiserver_list_count(client: Client, resource: str) -> float:
+    text = await client.raw("GET", "/metrics", decode=False)
+    body = text.decode() if isinstance(text, bytes) else str(text)
+    total = 0.0
+    for line in body.splitlines():
+        # cluster-wide LISTs only: the namespace controller lists inside namespaces it deletes
+        if (
+            line.startswith("apiserver_request_total{")
+            and 'verb="LIST"' in line
+            and 'scope="cluster"' in line
+            and f'resource="{resource}"' in line
+        ):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def test_no_over_creation_20_pools_of_25_with_50_workers(
+    client: Client, namespace: str
+) -> None:
+    """P4: exactly 500 creates, no pool ever above its target, reconciles concurrent and cached."""
+    await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
+    creates: dict[str, int] = {}
+    per_pool_max: dict[str, int] = {}
+    live: dict[str, set[str]] = {}
+    watch_ready = asyncio.Event()
+    stop = asyncio.Event()
+
+    async def watch_creates() -> None:
+        listed = await client.list(SANDBOXES, namespace)
+        rv = listed.resource_version
+        watch_ready.set()
+        async with client.watch(SANDBOXES, namespace, resource_version=rv) as stream:
+            async for event in stream:
+                if stop.is_set():
+                    return
+                sb = event.object
+                if event.type not in ("ADDED", "DELETED", "MODIFIED"):
+                    continue
+                pool = (sb["metadata"].get("labels") or {}).get(keys.LABEL_WARM_POOL_SANDBOX)
+                if pool is None:
+                    continue
+                names = live.setdefault(pool, set())
+                if event.type == "ADDED":
+                    creates[pool] = creates.get(pool, 0) + 1
+                    names.add(sb["metadata"]["name"])
+                elif event.type == "DELETED" or sb["metadata"].get("deletionTimestamp"):
+                    names.discard(sb["metadata"]["name"])
+                per_pool_max[pool] = max(per_pool_max.get(pool, 0), len(names))
+
+    watcher = asyncio.create_task(watch_creates())
+    await asyncio.wait_for(watch_ready.wait(), 10)
+    peak = 0.0
+    informer_lists = metrics.INFORMER_LISTS.labels(str(SANDBOXES))
+    async with controllers(client, workers=50) as _:
+        lists_before = await _apiserver_list_count(client, "sandboxes")
+        own_lists_before = informer_lists._value.get()
+        await asyncio.gather(
+            *(
+                client.create(SANDBOX_WARM_POOLS, pool_obj(f"pool-{i}", "tpl", 25), namespace)
+                for i in range(20)
+            )
+        )
+        started = time.monotonic()
+        filled = started
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            peak = max(
+                peak,
+                metrics.REGISTRY.get_sample_value(
+                    "controller_runtime_active_workers", {"controller": warmpool.CONTROLLER_NAME}
+                )
+                or 0.0,
+            )
+            if sum(creates.values()) >= 500:
+                pools = (await client.list(SANDBOX_WARM_POOLS, namespace)).items
+                if all((p.get("status") or {}).get("readyReplicas") == 25 for p in pools):
+                    filled = time.monotonic()
+                    break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(2.0)  # anything extra would show up now
+        lists_after = await _apiserver_list_count(client, "sandboxes")
+        own_lists_after = informer_lists._value.get()
+    stop.set()
+    watcher.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await watcher
+    print(
+        f"\nP4: creates={sum(creates.values())} max_per_pool={max(per_pool_max.values())} "
+        f"peak_concurrent_reconciles={peak:.0f} sandbox_LISTs_during_run="
+        f"{lists_after - lists_before:.0f} fill_seconds={filled - started:.1f}"
+    )
+    assert sum(creates.values()) == 500, creates
+    assert len(creates) == 20 and set(creates.values()) == {25}
+    assert max(per_pool_max.values()) == 25
+    assert peak >= 10, f"at most {peak} warm pool reconciles ran at once"
+    # reconciles read from the informer cache: LISTs do not grow with hundreds of reconciles
+    assert lists_after - lists_before <= 1
+    assert own_lists_after == own_lists_before
+    await client.delete(NAMESPACES, namespace)
