@@ -29,6 +29,7 @@ from agentsandbox.kube import metrics
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.config import load_kubeconfig
 from agentsandbox.kube.errors import NotFound
+from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import NAMESPACES
 
@@ -346,18 +347,20 @@ async def test_deleting_the_pool_removes_its_sandboxes(client: Client, namespace
             await asyncio.sleep(0.2)
 
 
-async def _apiserver_list_count(client: Client, resource: str) -> float:
+async def _apiserver_count(
+    client: Client, verb: str, resource: str, *, scope: str | None = None, code: str | None = None
+) -> float:
+    """Sum of the apiserver's own ``apiserver_request_total`` for one verb and resource."""
     text = await client.raw("GET", "/metrics", decode=False)
     body = text.decode() if isinstance(text, bytes) else str(text)
+    want = [f'verb="{verb}"', f'resource="{resource}"']
+    if scope:
+        want.append(f'scope="{scope}"')
+    if code:
+        want.append(f'code="{code}"')
     total = 0.0
     for line in body.splitlines():
-        # cluster-wide LISTs only: the namespace controller lists inside namespaces it deletes
-        if (
-            line.startswith("apiserver_request_total{")
-            and 'verb="LIST"' in line
-            and 'scope="cluster"' in line
-            and f'resource="{resource}"' in line
-        ):
+        if line.startswith("apiserver_request_total{") and all(w in line for w in want):
             total += float(line.rsplit(" ", 1)[1])
     return total
 
@@ -370,37 +373,39 @@ async def test_no_over_creation_20_pools_of_25_with_50_workers(
     creates: dict[str, int] = {}
     per_pool_max: dict[str, int] = {}
     live: dict[str, set[str]] = {}
-    watch_ready = asyncio.Event()
-    stop = asyncio.Event()
 
-    async def watch_creates() -> None:
-        listed = await client.list(SANDBOXES, namespace)
-        rv = listed.resource_version
-        watch_ready.set()
-        async with client.watch(SANDBOXES, namespace, resource_version=rv) as stream:
-            async for event in stream:
-                if stop.is_set():
-                    return
-                sb = event.object
-                if event.type not in ("ADDED", "DELETED", "MODIFIED"):
-                    continue
-                pool = (sb["metadata"].get("labels") or {}).get(keys.LABEL_WARM_POOL_SANDBOX)
-                if pool is None:
-                    continue
-                names = live.setdefault(pool, set())
-                if event.type == "ADDED":
-                    creates[pool] = creates.get(pool, 0) + 1
-                    names.add(sb["metadata"]["name"])
-                elif event.type == "DELETED" or sb["metadata"].get("deletionTimestamp"):
-                    names.discard(sb["metadata"]["name"])
-                per_pool_max[pool] = max(per_pool_max.get(pool, 0), len(names))
+    def pool_of(sb: dict[str, Any]) -> str | None:
+        return (sb["metadata"].get("labels") or {}).get(keys.LABEL_WARM_POOL_SANDBOX)
 
-    watcher = asyncio.create_task(watch_creates())
-    await asyncio.wait_for(watch_ready.wait(), 10)
+    def on_add(sb: dict[str, Any]) -> None:
+        pool = pool_of(sb)
+        if pool is None:
+            return
+        creates[pool] = creates.get(pool, 0) + 1
+        names = live.setdefault(pool, set())
+        names.add(sb["metadata"]["uid"])
+        per_pool_max[pool] = max(per_pool_max.get(pool, 0), len(names))
+
+    def on_update(old: dict[str, Any], new: dict[str, Any]) -> None:
+        if new["metadata"].get("deletionTimestamp"):
+            on_delete(new)
+
+    def on_delete(sb: dict[str, Any]) -> None:
+        pool = pool_of(sb)
+        if pool is not None:
+            live.setdefault(pool, set()).discard(sb["metadata"]["uid"])
+
+    # A resuming watch (our informer): a plain watch can be closed by the apiserver when its
+    # reader falls behind, and would silently miss creates.
+    watcher = Informer(client, SANDBOXES, namespace)
+    watcher.add_handler(on_add, on_update, on_delete)
+    watcher.start()
+    await asyncio.wait_for(watcher.wait_synced(), 10)
+    posts_before = await _apiserver_count(client, "POST", "sandboxes", code="201")
     peak = 0.0
     informer_lists = metrics.INFORMER_LISTS.labels(str(SANDBOXES))
     async with controllers(client, workers=50) as _:
-        lists_before = await _apiserver_list_count(client, "sandboxes")
+        lists_before = await _apiserver_count(client, "LIST", "sandboxes", scope="cluster")
         own_lists_before = informer_lists._value.get()
         await asyncio.gather(
             *(
@@ -438,20 +443,19 @@ async def test_no_over_creation_20_pools_of_25_with_50_workers(
             ]
             raise AssertionError(
                 f"pools not full after 180s: creates seen={sum(creates.values())} "
-                f"statuses={statuses} unready={unready[:5]} watcher_done={watcher.done()}"
+                f"statuses={statuses} unready={unready[:5]} watching={watcher.watching}"
             )
         await asyncio.sleep(2.0)  # anything extra would show up now
-        lists_after = await _apiserver_list_count(client, "sandboxes")
+        lists_after = await _apiserver_count(client, "LIST", "sandboxes", scope="cluster")
         own_lists_after = informer_lists._value.get()
-    stop.set()
-    watcher.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await watcher
+    posts = await _apiserver_count(client, "POST", "sandboxes", code="201") - posts_before
+    await watcher.stop()
     print(
         f"\nP4: creates={sum(creates.values())} max_per_pool={max(per_pool_max.values())} "
         f"peak_concurrent_reconciles={peak:.0f} sandbox_LISTs_during_run="
         f"{lists_after - lists_before:.0f} fill_seconds={filled - started:.1f}"
     )
+    assert posts == 500, f"the apiserver accepted {posts} sandbox creates"
     assert sum(creates.values()) == 500, creates
     assert len(creates) == 20 and set(creates.values()) == {25}
     assert max(per_pool_max.values()) == 25
