@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,22 @@ def _fill(
             time.sleep(0.1)
 
 
+def _wait_ready(proc: subprocess.Popen[bytes], port: int, limit: float = 60.0) -> None:
+    """Until the controller's /readyz answers 200 (caches synced)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise OSError(f"agent-sandbox-controller exited with code {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError("agent-sandbox-controller did not become ready")
+
+
 def _plot(series: list[tuple[float, int, int]], marks: list[tuple[float, str]], out: Path) -> bool:
     try:
         import matplotlib
@@ -113,6 +131,11 @@ def main() -> int:
     if attached is not None and not own:
         cluster = attached
         console.print(f"reusing the cluster from `make cluster` at {cluster.server}")
+        # it may predate our current CRDs
+        cluster.kubectl(
+            "apply", "--server-side", "--force-conflicts", "-f", str(root / "deploy" / "crds")
+        )
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
     else:
         cluster = DevCluster(
             Path(tempfile.mkdtemp(prefix="agentsandbox-demo-")),
@@ -138,6 +161,7 @@ def main() -> int:
             f"kubernetes {v.get('kubernetes', '?')}, etcd {v.get('etcd', '?')}, "
             f"kwok {v.get('kwok', '?')}, {len(nodes)} fake nodes"
         )
+        probe_port = _free_port()
         exe = Path(sys.executable).with_name("agent-sandbox-controller")
         argv = [
             str(exe) if exe.exists() else sys.executable,
@@ -146,7 +170,7 @@ def main() -> int:
             "--extensions",
             "--leader-elect=false",
             f"--metrics-bind-address=127.0.0.1:{_free_port()}",
-            f"--health-probe-bind-address=127.0.0.1:{_free_port()}",
+            f"--health-probe-bind-address=127.0.0.1:{probe_port}",
             "--kube-api-qps=1000",
             "--kube-api-burst=2000",
             "--sandbox-concurrent-workers=50",
@@ -157,6 +181,7 @@ def main() -> int:
                 argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         console.print(f"started agent-sandbox-controller (pid {controller.pid}, log {log_path})")
+        _wait_ready(controller, probe_port)
 
         ns = f"demo-{uuid.uuid4().hex[:6]}"
         cluster.api("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
@@ -165,6 +190,8 @@ def main() -> int:
             "POST",
             f"{ext}/sandboxtemplates",
             {
+                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                "kind": "SandboxTemplate",
                 "metadata": {"name": "python-runtime"},
                 "spec": {
                     "podTemplate": {
@@ -184,6 +211,8 @@ def main() -> int:
             "POST",
             f"{ext}/sandboxwarmpools",
             {
+                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                "kind": "SandboxWarmPool",
                 "metadata": {"name": "agents"},
                 "spec": {"replicas": POOL, "sandboxTemplateRef": {"name": "python-runtime"}},
             },
@@ -224,8 +253,11 @@ def main() -> int:
             "controller."
         )
         cluster.api("DELETE", f"/api/v1/namespaces/{ns}")
-    except (TimeoutError, OSError) as err:
-        console.print(f"[red]demo failed:[/] {err}; controller log: {log_path}")
+    except (TimeoutError, OSError, subprocess.CalledProcessError) as err:
+        detail = ""
+        if isinstance(err, urllib.error.HTTPError):
+            detail = err.read().decode(errors="replace")
+        console.print(f"[red]demo failed:[/] {err} {detail}; controller log: {log_path}")
         return 1
     finally:
         if controller is not None and controller.poll() is None:
