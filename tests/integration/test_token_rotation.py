@@ -1,0 +1,140 @@
+"""A rotated in-cluster ServiceAccount token file authenticates, against the real kube-apiserver.
+
+``load_incluster_config`` is built on kubernetes_asyncio's ``InClusterConfigLoader``, whose
+``refresh_api_key_hook`` re-reads the token file once its ``token_expires_at`` (read time + one
+minute) has passed. Rather than wait a minute, the test moves that deadline into the past: it
+advances the loader's clock; the tokens, the file and the API server are all real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import time
+import types
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
+
+from agentsandbox.kube.client import Client
+from agentsandbox.kube.config import ClusterConfig, load_incluster_config, load_kubeconfig
+from agentsandbox.kube.errors import NotFound, Unauthorized
+from agentsandbox.kube.resources import SERVICEACCOUNTS, Resource
+
+SELFSUBJECTREVIEWS = Resource(
+    "authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", namespaced=False
+)
+
+
+@pytest.fixture
+async def admin(kubeconfig: str) -> AsyncIterator[Client]:
+    async with Client(await load_kubeconfig(kubeconfig), qps=0) as c:
+        yield c
+
+
+async def sa_token(admin: Client, ns: str, name: str) -> str:
+    """A ServiceAccount and a bound token for it from the TokenRequest API."""
+    await admin.create(SERVICEACCOUNTS, {"metadata": {"name": name}}, ns)
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "metadata": {"name": name},
+        "spec": {"expirationSeconds": 3600},
+    }
+    answer = await admin.create(SERVICEACCOUNTS, request, ns, subresource="token")
+    return str(answer["status"]["token"])
+
+
+async def whoami(c: Client) -> str:
+    """The caller's username as the API server authenticated it (allowed to every user)."""
+    review = await c.create(
+        SELFSUBJECTREVIEWS,
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+    )
+    return str(review["status"]["userInfo"]["username"])
+
+
+def ca_file(kubeconfig: str, into: Path) -> str:
+    cluster = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]
+    if "certificate-authority-data" in cluster:
+        path = into / "ca.crt"
+        path.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+        return str(path)
+    return str(Path(kubeconfig).parent / cluster["certificate-authority"])
+
+
+def token_loader(cfg: ClusterConfig) -> InClusterConfigLoader:
+    """The library's loader, held by the closure of the refresh hook it installed."""
+    assert cfg.configuration is not None
+    hook = cfg.configuration.refresh_api_key_hook
+    assert isinstance(hook, types.FunctionType), f"no token refresh hook installed: {hook!r}"
+    for cell in hook.__closure__ or ():
+        if isinstance(cell.cell_contents, InClusterConfigLoader):
+            return cell.cell_contents
+    raise AssertionError("the refresh hook does not hold an InClusterConfigLoader")
+
+
+def advance_past_refresh(loader: InClusterConfigLoader) -> None:
+    """Move the loader's re-read deadline into the past: the next request re-reads the file."""
+    deadline = loader.token_expires_at
+    now = datetime.datetime.now()
+    # the library's contract: the file is re-read only once a minute
+    assert deadline - now > datetime.timedelta(seconds=50), deadline - now
+    loader.token_expires_at = now - datetime.timedelta(seconds=1)
+
+
+async def test_a_rotated_token_file_is_picked_up_and_a_revoked_one_is_unauthorized(
+    admin: Client,
+    namespace: str,
+    kubeconfig: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started = time.monotonic()
+    token_a = await sa_token(admin, namespace, "sa-a")
+    token_b = await sa_token(admin, namespace, "sa-b")
+    token_c = await sa_token(admin, namespace, "sa-c")  # never used: no authn cache entry
+    token_file = tmp_path / "token"
+    token_file.write_text(token_a)
+    host, port = admin.host.split("://", 1)[1].rsplit(":", 1)
+    assert host == "127.0.0.1"
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+    cfg = load_incluster_config(
+        token_filename=str(token_file), cert_filename=ca_file(kubeconfig, tmp_path)
+    )
+    loader = token_loader(cfg)
+
+    async with Client(cfg) as c:
+        assert await whoami(c) == f"system:serviceaccount:{namespace}:sa-a"
+
+        # the kubelet rotates the projected token in place
+        token_file.write_text(token_b)
+        # within the refresh period the token read at start-up is still sent
+        assert await whoami(c) == f"system:serviceaccount:{namespace}:sa-a"
+        advance_past_refresh(loader)
+        assert await whoami(c) == f"system:serviceaccount:{namespace}:sa-b"
+        assert await whoami(c) == f"system:serviceaccount:{namespace}:sa-b"
+
+        # a revoked token: its ServiceAccount is gone, so the bound token no longer authenticates
+        await admin.delete(SERVICEACCOUNTS, "sa-c", namespace)
+        with pytest.raises(NotFound):
+            await admin.get(SERVICEACCOUNTS, "sa-c", namespace)
+        await asyncio.sleep(0.5)  # the API server's own ServiceAccount cache follows a watch
+        token_file.write_text(token_c)
+        advance_past_refresh(loader)
+        with pytest.raises(Unauthorized) as revoked:
+            await whoami(c)
+        assert revoked.value.status == 401 and "\n" not in str(revoked.value)
+
+        # garbage in the file: a typed, one-line Unauthorized as well
+        token_file.write_text("not-a-service-account-token")
+        advance_past_refresh(loader)
+        with pytest.raises(Unauthorized) as garbage:
+            await whoami(c)
+        assert garbage.value.status == 401 and "\n" not in str(garbage.value)
+    assert time.monotonic() - started < 10
