@@ -353,13 +353,6 @@ class HeldSandboxReplaced(AssertionError):
     """A held sandbox was deleted as "stuck" once the blocker went away."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=HeldSandboxReplaced,
-    reason="BUG (warmpool_plan.plan): the readiness grace period counts from the sandbox's "
-    "creation, so a held sandbox whose pod is finally created is not Ready yet, is no longer "
-    "'blocked', and is deleted as stuck at once; its replacement starts a pod from scratch",
-)
 async def test_held_sandbox_is_kept_once_unblocked(client: Client, namespace: str) -> None:
     """Once the quota allows its pod, a held sandbox should become Ready itself, not be replaced."""
     ns = namespace

@@ -596,3 +596,34 @@ def test_events_fire_on_entering_and_leaving_a_stuck_state() -> None:
     fine = plan(snap({**p, "status": stuck}, [], t)).status
     ev = transition_event(stuck, fine)
     assert ev is not None and ev[:2] == ("Normal", EVENT_PROGRESSING)
+
+
+def test_grace_period_restarts_when_a_held_sandbox_finally_gets_its_pod() -> None:
+    """A sandbox blocked for 10 minutes whose pod was just created is not 'stuck' (yet)."""
+    t, p = template(), pool(1)
+    sb = sandbox(p, t, owned=True, ready=False, age=600)
+    sb["status"]["replicas"] = 1
+    pod = {
+        "metadata": {"name": sb["metadata"]["name"], "creationTimestamp": iso(NOW - 30)},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": iso(NOW - 20)}
+            ],
+        },
+    }
+    pl = plan(snap(p, [sb], t, pods={sb["metadata"]["name"]: pod}))
+    assert pl.delete_stuck == [] and pl.held == []
+    assert pl.requeue_after == pytest.approx(300 - 20 + 1)
+    # ... and it is replaced once that fresh grace period has passed too
+    pod["status"]["conditions"][0]["lastTransitionTime"] = iso(NOW - 400)
+    pod["metadata"]["creationTimestamp"] = iso(NOW - 400)
+    assert len(plan(snap(p, [sb], t, pods={sb["metadata"]["name"]: pod})).delete_stuck) == 1
+
+
+def test_sandbox_reporting_a_pod_the_cache_has_not_seen_is_kept_and_rechecked() -> None:
+    t, p = template(), pool(1)
+    sb = sandbox(p, t, owned=True, ready=False, age=600)
+    sb["status"]["replicas"] = 1
+    pl = plan(snap(p, [sb], t))
+    assert pl.delete_stuck == [] and pl.requeue_after == pytest.approx(1.0)

@@ -192,6 +192,20 @@ def _created_at(sb: Obj) -> float | None:
     return parse_rfc3339(stamp).timestamp() if stamp else None
 
 
+def progress_started(sb: Obj, pod: Obj | None) -> float | None:
+    """When the sandbox last got a chance to become Ready: the latest of its creation, its pod's
+    creation and the pod's scheduling. A sandbox held back by a quota or a full cluster gets a
+    fresh grace period once it is unblocked, instead of being replaced at once as "stuck"."""
+    start = _created_at(sb)
+    if start is None or pod is None:
+        return start
+    stamps = [start, _created_at(pod) or start]
+    scheduled = find_condition((pod.get("status") or {}).get("conditions"), "PodScheduled")
+    if scheduled and scheduled.get("status") == "True" and scheduled.get("lastTransitionTime"):
+        stamps.append(parse_rfc3339(scheduled["lastTransitionTime"]).timestamp())
+    return max(stamps)
+
+
 def _deletion_order(sandboxes: Sequence[Obj]) -> list[Obj]:
     """Not-Ready first, then newest first (spec extensions §4.3 step 7)."""
     return sorted(
@@ -246,12 +260,17 @@ def plan(snap: Snapshot) -> Plan:
         if is_sandbox_ready(sb):
             kept.append(sb)
             continue
-        created = _created_at(sb)
+        pod = snap.pods.get(sb["metadata"]["name"])
+        if pod is None and (sb.get("status") or {}).get("replicas"):
+            # the Sandbox reports a pod our pod cache has not seen yet: look again shortly
+            next_deadline = snap.now if next_deadline is None else min(next_deadline, snap.now)
+            kept.append(sb)
+            continue
+        created = progress_started(sb, pod)
         if created is None:
             kept.append(sb)
             continue
         age = snap.now - created
-        pod = snap.pods.get(sb["metadata"]["name"])
         if age > settings.readiness_grace_period:
             reason = blocked_reason(sb, pod)
             if reason is not None:
