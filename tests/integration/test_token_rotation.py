@@ -138,3 +138,28 @@ async def test_a_rotated_token_file_is_picked_up_and_a_revoked_one_is_unauthoriz
             await whoami(c)
         assert garbage.value.status == 401 and "\n" not in str(garbage.value)
     assert time.monotonic() - started < 10
+
+
+async def test_a_401_makes_the_client_reread_a_rotated_token_file_at_once(
+    admin: Client,
+    namespace: str,
+    kubeconfig: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The file was rotated after the client read it: the first request gets a 401, the client
+    re-reads the file at once (as client-go does) and the retry succeeds — no minute's wait."""
+    token_b = await sa_token(admin, namespace, "sa-rotated")
+    token_file = tmp_path / "token"
+    token_file.write_text("an-expired-token-from-before-the-rotation")
+    host, port = admin.host.split("://", 1)[1].rsplit(":", 1)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+    cfg = load_incluster_config(
+        token_filename=str(token_file), cert_filename=ca_file(kubeconfig, tmp_path)
+    )
+    loader = token_loader(cfg)
+    assert loader.token_expires_at - datetime.datetime.now() > datetime.timedelta(seconds=50)
+    token_file.write_text(token_b)
+    async with Client(cfg) as c:
+        assert await whoami(c) == f"system:serviceaccount:{namespace}:sa-rotated"

@@ -21,9 +21,11 @@ from typing import Any
 from kubernetes_asyncio import config as ka_config
 from kubernetes_asyncio.client import Configuration
 from kubernetes_asyncio.config.incluster_config import (
+    SERVICE_CERT_FILENAME,
     SERVICE_HOST_ENV_NAME,
     SERVICE_PORT_ENV_NAME,
     SERVICE_TOKEN_FILENAME,
+    InClusterConfigLoader,
 )
 
 __all__ = [
@@ -234,18 +236,23 @@ def load_incluster_config(
 
     The library re-reads the (rotating, projected) token file once a minute via its hook.
     """
-    kwargs: dict[str, str] = {}
-    if token_filename is not None:
-        kwargs["token_filename"] = token_filename
-    if cert_filename is not None:
-        kwargs["cert_filename"] = cert_filename
     configuration = Configuration()
     try:
-        load: Any = ka_config.load_incluster_config
-        load(client_configuration=configuration, **kwargs)
+        loader: Any = InClusterConfigLoader(
+            token_filename=token_filename or SERVICE_TOKEN_FILENAME,
+            cert_filename=cert_filename or SERVICE_CERT_FILENAME,
+            try_refresh_token=True,
+        )
+        loader.load_and_set(configuration)
     except Exception as exc:
         raise ConfigError(f"cannot load in-cluster config: {_describe(exc)}") from exc
-    return from_configuration(configuration)
+
+    async def reread_token() -> None:
+        """After a 401 the token may have rotated already: make the library's hook re-read the
+        file on the next request, as client-go does, instead of within the minute."""
+        loader.token_expires_at = datetime.datetime.now() - datetime.timedelta(seconds=1)
+
+    return from_configuration(configuration, on_unauthorized=reread_token)
 
 
 def _in_cluster(token_filename: str) -> bool:
