@@ -17,7 +17,6 @@ help:
 
 $(STAMP): pyproject.toml requirements-dev.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --require-hashes -r requirements-dev.lock
 	$(PY) -m pip install -q --no-deps -e .
 	@touch $@
