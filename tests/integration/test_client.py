@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import datetime
 import socket
 import ssl
@@ -45,6 +44,8 @@ from agentsandbox.kube.resources import (
     PODS,
     Resource,
 )
+
+from .auth_helpers import ca_file, service_account_token, whoami
 
 
 def unique(prefix: str) -> str:
@@ -687,40 +688,6 @@ if [ -f "$dir/expiry" ]; then exp=",\\"expirationTimestamp\\":\\"$(cat "$dir/exp
 printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",'
 printf '"status":{"token":"%s"%s}}' "$token" "$exp"
 """
-
-SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
-SELFSUBJECTREVIEWS = Resource(
-    "authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", namespaced=False
-)
-
-
-async def service_account_token(client: Client, ns: str, name: str) -> str:
-    await client.create(SERVICEACCOUNTS, {"metadata": {"name": name}}, ns)
-    request = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "metadata": {"name": name},
-        "spec": {"expirationSeconds": 3600},
-    }
-    answer = await client.create(SERVICEACCOUNTS, request, ns, subresource="token")
-    return str(answer["status"]["token"])
-
-
-async def whoami(c: Client) -> str:
-    review = await c.create(
-        SELFSUBJECTREVIEWS,
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
-    )
-    return str(review["status"]["userInfo"]["username"])
-
-
-def ca_file(kubeconfig: str, into: Path) -> str:
-    cluster = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]
-    if "certificate-authority-data" in cluster:
-        path = into / "ca.crt"
-        path.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
-        return str(path)
-    return str(Path(kubeconfig).parent / cluster["certificate-authority"])
 
 
 def exec_kubeconfig(kubeconfig: str, plugin_dir: Path) -> str:

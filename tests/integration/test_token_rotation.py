@@ -9,7 +9,6 @@ advances the loader's clock; the tokens, the file and the API server are all rea
 from __future__ import annotations
 
 import asyncio
-import base64
 import datetime
 import time
 import types
@@ -17,54 +16,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.config import ClusterConfig, load_incluster_config, load_kubeconfig
 from agentsandbox.kube.errors import NotFound, Unauthorized
-from agentsandbox.kube.resources import SERVICEACCOUNTS, Resource
+from agentsandbox.kube.resources import SERVICEACCOUNTS
 
-SELFSUBJECTREVIEWS = Resource(
-    "authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", namespaced=False
-)
+from .auth_helpers import ca_file, service_account_token, whoami
 
 
 @pytest.fixture
 async def admin(kubeconfig: str) -> AsyncIterator[Client]:
     async with Client(await load_kubeconfig(kubeconfig), qps=0) as c:
         yield c
-
-
-async def sa_token(admin: Client, ns: str, name: str) -> str:
-    """A ServiceAccount and a bound token for it from the TokenRequest API."""
-    await admin.create(SERVICEACCOUNTS, {"metadata": {"name": name}}, ns)
-    request = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "metadata": {"name": name},
-        "spec": {"expirationSeconds": 3600},
-    }
-    answer = await admin.create(SERVICEACCOUNTS, request, ns, subresource="token")
-    return str(answer["status"]["token"])
-
-
-async def whoami(c: Client) -> str:
-    """The caller's username as the API server authenticated it (allowed to every user)."""
-    review = await c.create(
-        SELFSUBJECTREVIEWS,
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
-    )
-    return str(review["status"]["userInfo"]["username"])
-
-
-def ca_file(kubeconfig: str, into: Path) -> str:
-    cluster = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]
-    if "certificate-authority-data" in cluster:
-        path = into / "ca.crt"
-        path.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
-        return str(path)
-    return str(Path(kubeconfig).parent / cluster["certificate-authority"])
 
 
 def token_loader(cfg: ClusterConfig) -> InClusterConfigLoader:
@@ -95,9 +60,11 @@ async def test_a_rotated_token_file_is_picked_up_and_a_revoked_one_is_unauthoriz
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     started = time.monotonic()
-    token_a = await sa_token(admin, namespace, "sa-a")
-    token_b = await sa_token(admin, namespace, "sa-b")
-    token_c = await sa_token(admin, namespace, "sa-c")  # never used: no authn cache entry
+    token_a = await service_account_token(admin, namespace, "sa-a")
+    token_b = await service_account_token(admin, namespace, "sa-b")
+    token_c = await service_account_token(
+        admin, namespace, "sa-c"
+    )  # never used: no authn cache entry
     token_file = tmp_path / "token"
     token_file.write_text(token_a)
     host, port = admin.host.split("://", 1)[1].rsplit(":", 1)
@@ -149,7 +116,7 @@ async def test_a_401_makes_the_client_reread_a_rotated_token_file_at_once(
 ) -> None:
     """The file was rotated after the client read it: the first request gets a 401, the client
     re-reads the file at once (as client-go does) and the retry succeeds — no minute's wait."""
-    token_b = await sa_token(admin, namespace, "sa-rotated")
+    token_b = await service_account_token(admin, namespace, "sa-rotated")
     token_file = tmp_path / "token"
     token_file.write_text("an-expired-token-from-before-the-rotation")
     host, port = admin.host.split("://", 1)[1].rsplit(":", 1)
