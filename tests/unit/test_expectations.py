@@ -132,15 +132,30 @@ def test_default_timeout_is_five_minutes() -> None:
     assert exp.satisfied("k")
 
 
-def test_raising_again_restarts_the_timeout() -> None:
+def test_raising_a_pending_record_keeps_its_timeout() -> None:
+    """client-go semantics: adding to unobserved work does not push its expiry back, so a lost
+    create cannot be held off forever by regular later writes (review warmpool #9)."""
+    clock = FakeClock()
+    exp = Expectations(timeout=10.0, clock=clock)
+    exp.expect_creations("k", 1)  # this create's event is lost
+    for _ in range(2):
+        clock.now += 4
+        exp.expect_deletions("k", [f"u{clock.now}"])
+        assert exp.pending("k").creates == 1
+    clock.now += 2.5
+    assert exp.satisfied("k"), "10.5 s after the first raise the record has expired"
+
+
+def test_raising_a_fulfilled_record_starts_a_new_timeout() -> None:
     clock = FakeClock()
     exp = Expectations(timeout=10.0, clock=clock)
     exp.expect_creations("k", 1)
+    exp.creation_observed("k")
     clock.now += 8
     exp.expect_creations("k", 1)
     clock.now += 8
     assert not exp.satisfied("k")
-    assert exp.pending("k").creates == 2
+    assert exp.pending("k").creates == 1
 
 
 def test_raising_after_expiry_starts_from_zero() -> None:
@@ -197,7 +212,9 @@ class ExpectationsMachine(RuleBasedStateMachine):
         if key not in self.raised_at or self._expired(key):
             self.creates[key] = 0
             self.deletes[key] = set()
-        self.raised_at[key] = self.clock.now
+            self.raised_at[key] = self.clock.now
+        elif self.creates[key] == 0 and not self.deletes[key]:
+            self.raised_at[key] = self.clock.now  # fulfilled: a new timeout
 
     @rule(key=KEYS, n=st.integers(0, 5))
     def expect_creations(self, key: str, n: int) -> None:

@@ -119,13 +119,17 @@ class Expectations:
         return self._clock() - record.timestamp > self._timeout
 
     def _fresh(self, key: Hashable) -> _Record:
-        """The record to raise, restarting its timeout; an expired one starts from zero.
+        """The record to raise.
 
-        Leftovers of an expired record are events we gave up on; adding to them would keep the
-        key unsatisfied for work that will never be observed.
+        An expired record starts again from zero: its leftovers are events we gave up on, and
+        adding to them would keep the key unsatisfied for work that will never be observed. A
+        fulfilled record starts a new timeout. A record with work still pending keeps its
+        timestamp (client-go's ``RaiseExpectations``): otherwise regular new writes would keep
+        pushing back the expiry of a lost event, and the key would never be satisfied.
         """
         record = self._records.get(key)
         if record is None or self._expired(record):
-            record = self._records[key] = _Record()
-        record.timestamp = self._clock()
+            record = self._records[key] = _Record(timestamp=self._clock())
+        elif record.fulfilled():
+            record.timestamp = self._clock()
         return record
