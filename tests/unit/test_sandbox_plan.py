@@ -347,7 +347,8 @@ def test_pvc_owned_is_left_alone() -> None:
     assert step.action is Action.NONE and step.error is None
 
 
-def test_pvc_owned_by_other_is_an_error_and_skips_the_remaining_templates() -> None:
+def test_pvc_owned_by_other_is_an_error_skips_the_remaining_templates_and_blocks_the_pod() -> None:
+    """Deliberate difference from upstream (which still creates the pod, mounting the PVC)."""
     sb = sandbox(vcts=[vct("a"), vct("b")])
     foreign = pvc("a-my-sandbox", owner=owner_ref("other-uid", "web", "StatefulSet"))
     p = plan(snap(sb, pvcs=(foreign,)))
@@ -356,9 +357,47 @@ def test_pvc_owned_by_other_is_an_error_and_skips_the_remaining_templates() -> N
         'PVC "a-my-sandbox" is owned by StatefulSet/web (UID: other-uid), '
         'not by sandbox "my-sandbox"'
     )
+    # no pod is created: it would mount the foreign PVC
+    assert p.pod is not None and p.pod.step.action is Action.NONE
+    assert p.pod.step.error == (
+        'pod "my-sandbox" is not created: it would mount PVC "a-my-sandbox", '
+        'not owned by sandbox "my-sandbox"'
+    )
+    assert ready(p) == (
+        "False",
+        "ReconcilerError",
+        'Error seen: PVC "a-my-sandbox" is owned by StatefulSet/web (UID: other-uid), '
+        'not by sandbox "my-sandbox"\n'
+        'pod "my-sandbox" is not created: it would mount PVC "a-my-sandbox", '
+        'not owned by sandbox "my-sandbox"',
+    )
+    assert p.status is not None and "replicas" not in p.status
+    assert EVENT_RECONCILER_ERROR in event_reasons(p)
+    assert EVENT_POD_CREATED not in event_reasons(p)
+
+
+def test_pvc_refused_for_adoption_blocks_the_pod() -> None:
+    sb = sandbox(vcts=[vct("data")])
+    p = plan(snap(sb, pvcs=(pvc("data-my-sandbox", owner=None),)))
+    assert p.pod is not None and p.pod.step.action is Action.NONE
+    assert p.pod.step.error is not None and '"data-my-sandbox"' in p.pod.step.error
+    assert event_reasons(p).count(EVENT_ADOPTION_REFUSED) == 1
     assert ready(p)[1] == "ReconcilerError"
-    # the pod is still created (errors are joined, processing continues)
+
+
+def test_pvc_being_created_or_adopted_does_not_block_the_pod() -> None:
+    orphan = pvc("b-my-sandbox", owner=None, **{keys.LABEL_ADOPTABLE: "true"})
+    p = plan(snap(sandbox(vcts=[vct("a"), vct("b")]), pvcs=(orphan,)))
+    assert [s.action for s in p.pvcs] == [Action.CREATE, Action.PATCH]
     assert p.pod is not None and p.pod.step.action is Action.CREATE
+
+
+def test_foreign_pvc_leaves_an_existing_pod_to_the_usual_metadata_sync() -> None:
+    sb = sandbox(vcts=[vct("data")], labels={"team": "a"})
+    foreign = pvc("data-my-sandbox", owner=owner_ref("other-uid", "web", "StatefulSet"))
+    p = plan(snap(sb, running_pod(), pvcs=(foreign,)))
+    assert p.pod is not None and p.pod.step.action is Action.PATCH
+    assert p.pod.step.error is None
 
 
 def test_pvc_unowned_without_opt_in_label_is_not_adopted() -> None:

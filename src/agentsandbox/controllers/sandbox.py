@@ -91,9 +91,14 @@ class SandboxReconcileError(ApiError):
     the world, such as a pod nobody may adopt, not bugs).
     """
 
-    def __init__(self, sandbox: str, errors: list[str]) -> None:
+    def __init__(
+        self, sandbox: str, errors: list[str], *, retry_within: float | None = None
+    ) -> None:
         super().__init__(0, "ReconcilerError", f"sandbox {sandbox}: " + "; ".join(errors))
         self.errors = errors
+        #: The latest the retry may come (seconds), whatever the backoff: the time left to the
+        #: Sandbox's shutdownTime (see :data:`agentsandbox.kube.controller.RETRY_WITHIN`).
+        self.retry_within = retry_within
 
     def __str__(self) -> str:
         return self.message
@@ -213,21 +218,31 @@ class SandboxReconciler:
                 events.append(step.event)
             return bool(step.error or failure)
 
-        # PVCs, in template order; an error stops the remaining templates.
+        # PVCs, in template order; an error stops the remaining templates. A PVC that is not
+        # ours (someone else's, refused, or an adoption that failed) blocks creating the pod; a
+        # failed create does not (the pod waits for its claim as any pod does).
+        blocking: list[str] = []
         for index, planned in enumerate(decision.pvcs):
             step, _, failure = await self._apply(
                 PERSISTENTVOLUMECLAIMS, ns, planned, _same, _pvc_replanner(snap, index)
             )
+            if step.error or (failure is not None and step.action is Action.PATCH):
+                blocking.append(step.name)
             if outcome(step, failure):
                 break
 
         # The pod, then the pod-name annotation its plan asks for.
         assert decision.pod is not None
+        planned_pod = plan_pod(snap, blocking) if blocking else decision.pod
         pod_plan, pod, failure = await self._apply(
-            PODS, ns, decision.pod, _pod_step, lambda live: plan_pod(with_pod(snap, live))
+            PODS,
+            ns,
+            planned_pod,
+            _pod_step,
+            lambda live: plan_pod(with_pod(snap, live), blocking),
         )
         outcome(pod_plan.step, failure)
-        if failure is not None and pod_plan.step.action is Action.CREATE:
+        if failure is not None:  # the pod write failed: the annotation stays as it is
             annotation = (meta.get("annotations") or {}).get(keys.ANNOTATION_POD_NAME) or None
         else:
             annotation = pod_plan.annotation
@@ -255,7 +270,11 @@ class SandboxReconciler:
         except KubeError as err:
             messages.append(f"status update failed: {_message(err)}")
         if messages:
-            raise SandboxReconcileError(f"{ns}/{meta['name']}", messages)
+            # however long the backoff has grown, retry no later than the pass would have
+            # requeued by itself (an expiry due in that time must not be postponed)
+            raise SandboxReconcileError(
+                f"{ns}/{meta['name']}", messages, retry_within=done.requeue_after
+            )
         return Result(requeue_after=done.requeue_after) if done.requeue_after else None
 
     # ---------------------------------------------------------------- act helpers
@@ -277,6 +296,7 @@ class SandboxReconciler:
         step = step_of(planned)
         if step.error:
             return planned, None, None
+        get_wrap = _GET_WRAPS.get(resource.kind, "")
         try:
             if step.action is Action.CREATE:
                 assert step.body is not None
@@ -298,14 +318,14 @@ class SandboxReconciler:
             try:
                 live = await self.client.get(resource, step.name, namespace)
             except KubeError as get_err:
-                return planned, None, _message(get_err)
+                return planned, None, get_wrap + _message(get_err)
             return await self._apply(
                 resource, namespace, replan(live), step_of, replan, retried=True
             )
         except KubeError as err:
-            # a failed metadata patch leaves the child as it was: still report it
-            kept = _as_object(step.result) if step.action is Action.PATCH else None
-            return planned, kept, _message(err)
+            # a failed metadata sync leaves our child as it was: still report it; a child we
+            # failed to create, delete or adopt is reported as none
+            return planned, _as_object(step.kept), step.wrap + _message(err)
 
     async def _ensure_pod_name_annotation(
         self, sandbox: Mapping[str, Any], desired: str | None
@@ -320,7 +340,8 @@ class SandboxReconciler:
         except NotFound:
             return None
         except KubeError as err:
-            return f"failed to update the {keys.ANNOTATION_POD_NAME} annotation: {_message(err)}"
+            verb = "set" if desired else "clear"
+            return f"failed to {verb} pod name annotation: {_message(err)}"
         return None
 
     async def _expire(
@@ -368,6 +389,14 @@ class SandboxReconciler:
             return
         for event in events:
             self.recorder.event(sandbox, event.type, event.reason, event.note, action=event.action)
+
+
+#: Upstream's wraps of a failed GET after ``AlreadyExists``, by kind.
+_GET_WRAPS: Final = {
+    PODS.kind: "pod get failed: ",
+    SERVICES.kind: "service get failed: ",
+    PERSISTENTVOLUMECLAIMS.kind: "PVC Get Failed: ",
+}
 
 
 def _as_object(value: Mapping[str, Any] | None) -> KubeObject | None:

@@ -16,6 +16,8 @@ Deliberate differences from upstream 35b9757f (see ``docs/sandbox-controller.md`
 - the tracking label and the propagated-keys annotations are reserved: a pod template cannot
   override or propagate them (upstream's later #894);
 - with ``spec.service`` unset a Service owned by someone else is ignored, not an error forever;
+- no pod is created while a PVC it would mount is someone else's (owned by another controller,
+  or its adoption refused): upstream creates it and so mounts a volume it refused to adopt;
 - a terminating pod is reported but not written to.
 """
 
@@ -140,6 +142,14 @@ EVENT_ADOPTION_REFUSED: Final = "AdoptionRefused"
 EVENT_EXPIRED: Final = "SandboxExpired"
 EVENT_RECONCILER_ERROR: Final = "ReconcilerError"
 
+# Upstream's error wraps for failed writes (the API's message follows).
+WRAP_POD_UPDATE: Final = "failed to update pod: "
+WRAP_POD_DELETE: Final = "failed to delete pod: "
+WRAP_SERVICE_DELETE: Final = "failed to delete service: "
+WRAP_SERVICE_PATCH: Final = "failed to patch owned service: "
+WRAP_SERVICE_ADOPT: Final = "failed to update service with owner reference: "
+WRAP_PVC_ADOPT: Final = "failed to update PVC with owner reference: "
+
 #: Keys the controller owns on a pod; a pod template can neither set nor propagate them.
 RESERVED_POD_LABELS: Final = frozenset({keys.LABEL_SANDBOX_NAME_HASH})
 RESERVED_POD_ANNOTATIONS: Final = frozenset(
@@ -192,9 +202,12 @@ class ChildStep:
     """One decision about one child (Pod, Service or PVC).
 
     ``result`` is the child as the pass reports it afterwards, assuming the write succeeds (None:
-    no child in use). ``error`` is a message for the Ready condition; ``refused`` marks the
-    error as a refused adoption (a Warning ``AdoptionRefused`` event rather than
-    ``ReconcilerError``). ``event`` is recorded once the write succeeded.
+    no child in use); ``kept`` is what it reports when the write fails (the child as it was for a
+    metadata sync of our own child; None for a create, a delete and an adoption, since a child
+    we failed to adopt is not ours). ``error`` is a message for the Ready condition; ``refused``
+    marks the error as a refused adoption (a Warning ``AdoptionRefused`` event rather than
+    ``ReconcilerError``). ``event`` is recorded once the write succeeded. ``wrap`` prefixes the
+    API's message when the write fails (upstream's error wrap, e.g. ``failed to delete pod: ``).
     """
 
     action: Action
@@ -205,6 +218,8 @@ class ChildStep:
     error: str | None = None
     refused: bool = False
     event: Event | None = None
+    kept: Obj | None = None
+    wrap: str = ""
 
 
 @dataclass(frozen=True)
@@ -443,6 +458,7 @@ def plan_pvc(snap: Snapshot, index: int) -> ChildStep:
         body={"metadata": patch_meta},
         result=adopted,
         event=Event(NORMAL, EVENT_ADOPTED, f'Adopted PVC "{name}"', "Adopt"),
+        wrap=WRAP_PVC_ADOPT,
     )
 
 
@@ -542,12 +558,26 @@ def _existing_pod(snap: Snapshot, name: str, pod: Obj, annotation: str | None) -
     if not patch_meta:
         return PodPlan(ChildStep(Action.NONE, name, result=pod), final_annotation)
     event = Event(NORMAL, EVENT_ADOPTED, f'Adopted pod "{name}"', "Adopt") if adopting else None
-    step = ChildStep(Action.PATCH, name, body={"metadata": patch_meta}, result=result, event=event)
+    step = ChildStep(
+        Action.PATCH,
+        name,
+        body={"metadata": patch_meta},
+        result=result,
+        event=event,
+        kept=None if adopting else pod,  # a pod we failed to adopt is not ours
+        wrap=WRAP_POD_UPDATE,
+    )
     return PodPlan(step, final_annotation)
 
 
-def plan_pod(snap: Snapshot) -> PodPlan:
-    """The pod (§2.4 ``reconcilePod``, §2.7, §2.9)."""
+def plan_pod(snap: Snapshot, blocking_pvcs: Sequence[str] = ()) -> PodPlan:
+    """The pod (§2.4 ``reconcilePod``, §2.7, §2.9).
+
+    ``blocking_pvcs``: claims of the pod's volumes that are not ours (owned by someone else, or
+    their adoption refused or failed). No pod is created while there are any: it would mount a
+    volume someone else controls (a deliberate difference from upstream, which creates it).
+    A pod that already exists is handled as usual.
+    """
     sandbox = snap.sandbox
     meta = _meta(sandbox)
     name, pod, annotation = _resolve_pod(snap)
@@ -565,12 +595,22 @@ def plan_pod(snap: Snapshot) -> PodPlan:
                 event=Event(
                     NORMAL, EVENT_POD_DELETED, f'Deleted pod "{name}": sandbox suspended', "Delete"
                 ),
+                wrap=WRAP_POD_DELETE,
             )
             return PodPlan(step, None)
         return PodPlan(ChildStep(Action.NONE, name), None)
 
     if pod is not None:
         return _existing_pod(snap, name, pod, annotation)
+
+    if blocking_pvcs:
+        claims = ", ".join(f'"{c}"' for c in blocking_pvcs)
+        noun = "PVC" if len(blocking_pvcs) == 1 else "PVCs"
+        error = (
+            f'pod "{meta["name"]}" is not created: it would mount {noun} {claims}, '
+            f'not owned by sandbox "{meta["name"]}"'
+        )
+        return PodPlan(ChildStep(Action.NONE, meta["name"], error=error), annotation)
 
     body = build_pod(sandbox)
     had_pod = bool(_status(sandbox).get("replicas")) or bool(
@@ -603,7 +643,9 @@ def plan_service(snap: Snapshot) -> ChildStep:
     owner = ownership(svc, meta["uid"])
     if owner is Ownership.OWNED:
         if desired is False:
-            return ChildStep(Action.DELETE, name, uid=_meta(svc).get("uid"))
+            return ChildStep(
+                Action.DELETE, name, uid=_meta(svc).get("uid"), wrap=WRAP_SERVICE_DELETE
+            )
         return _service_sync(svc, name, track_key, track_value, adopt_from=None)
     if desired is not True:
         return ChildStep(Action.NONE, name)  # unowned / foreign and not asked for: ignored
@@ -652,7 +694,13 @@ def _service_sync(
         event = Event(NORMAL, EVENT_ADOPTED, f'Adopted service "{name}"', "Adopt")
     if not patch:
         return ChildStep(Action.NONE, name, result=svc)
-    return ChildStep(Action.PATCH, name, body=patch, result=result, event=event)
+    if adopt_from is not None:  # a Service we failed to adopt is not ours
+        return ChildStep(
+            Action.PATCH, name, body=patch, result=result, event=event, wrap=WRAP_SERVICE_ADOPT
+        )
+    return ChildStep(
+        Action.PATCH, name, body=patch, result=result, kept=svc, wrap=WRAP_SERVICE_PATCH
+    )
 
 
 def error_events(errors: Sequence[tuple[str, bool]]) -> list[Event]:
@@ -871,11 +919,13 @@ def plan_expiry(snap: Snapshot) -> ExpiryPlan:
     name, pod, _ = _resolve_pod(snap)
     delete_pod = None
     if pod is not None and ownership(pod, uid) is Ownership.OWNED and not is_terminating(pod):
-        delete_pod = ChildStep(Action.DELETE, name, uid=_meta(pod).get("uid"))
+        delete_pod = ChildStep(Action.DELETE, name, uid=_meta(pod).get("uid"), wrap=WRAP_POD_DELETE)
     svc = snap.service
     delete_service = None
     if svc is not None and ownership(svc, uid) is Ownership.OWNED and not is_terminating(svc):
-        delete_service = ChildStep(Action.DELETE, _meta(svc)["name"], uid=_meta(svc).get("uid"))
+        delete_service = ChildStep(
+            Action.DELETE, _meta(svc)["name"], uid=_meta(svc).get("uid"), wrap=WRAP_SERVICE_DELETE
+        )
     policy = _spec(snap.sandbox).get("shutdownPolicy") or SHUTDOWN_POLICY_RETAIN
     return ExpiryPlan(delete_pod, delete_service, policy == SHUTDOWN_POLICY_DELETE)
 
@@ -902,7 +952,7 @@ def plan(snap: Snapshot) -> Plan:
         return Plan(phase, expiry=expiry, status=retained)
 
     pvcs = plan_pvcs(snap)
-    pod = plan_pod(snap)
+    pod = plan_pod(snap, [s.name for s in pvcs if s.error])
     service = plan_service(snap)
     steps = (*pvcs, pod.step, service)
     errors = [(s.error, s.refused) for s in steps if s.error]
