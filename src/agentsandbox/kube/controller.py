@@ -14,7 +14,10 @@ The split follows controller-runtime, one small job per piece:
 On update events the mapper runs on *both* the old and the new object, so when a child moves from
 one owner to another (an adoption), both owners are reconciled.
 
-Reconcile errors never stop a worker: the key is retried with per-key exponential backoff.
+Reconcile errors never stop a worker: the key is retried with per-key exponential backoff. An
+error may bound that wait with a ``retry_within`` attribute (seconds, see :data:`RETRY_WITHIN`):
+the retry then comes no later than that, however long the backoff has grown, so a deadline the
+reconciler knows about (an object due to expire) is not postponed by errors.
 Expected API errors (NotFound, Conflict, ...) are logged as one line; anything else is a bug and
 is logged with its traceback, once per key until the key succeeds (repeats are one line).
 """
@@ -47,6 +50,7 @@ from .workqueue import RateLimiter, ShutDown, WorkQueue
 
 __all__ = [
     "EXPECTED_ERRORS",
+    "RETRY_WITHIN",
     "AnnotationChangedPredicate",
     "Controller",
     "ControllerBuilder",
@@ -72,6 +76,7 @@ __all__ = [
     "negate",
     "new_predicate",
     "owner_requests",
+    "retry_within",
 ]
 
 log = logging.getLogger(__name__)
@@ -89,6 +94,19 @@ EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
     ApiConnectionError,
     ApiError,
 )
+
+
+#: The attribute of a reconcile error that bounds its retry delay: a number of seconds (or None).
+#: The key is retried after ``min(backoff, retry_within)``; the backoff still grows.
+RETRY_WITHIN = "retry_within"
+
+
+def retry_within(err: BaseException) -> float | None:
+    """The longest ``err`` lets its request wait for a retry (None: the backoff decides)."""
+    value = getattr(err, RETRY_WITHIN, None)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return max(float(value), 0.0)
 
 
 # --- requests and results ---------------------------------------------------------------------
@@ -663,6 +681,9 @@ class Controller:
             self._m_errors.inc()
             self._m_total["error"].inc()
             queue.add_rate_limited(request)
+            bound = retry_within(err)
+            if bound is not None:
+                queue.add_after(request, bound)  # the earlier of the two deadlines wins
             self._log_failure(request, err)
             return
         finally:
