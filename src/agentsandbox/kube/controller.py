@@ -533,6 +533,9 @@ class Controller:
         self._m_time = metrics.RECONCILE_TIME.labels(name)
         self._m_active = metrics.ACTIVE_WORKERS.labels(name)
         metrics.MAX_CONCURRENT_RECONCILES.labels(name).set(workers)
+        # No terminal errors and no reconcile timeout here: exported at 0, as controller-runtime.
+        metrics.RECONCILE_TERMINAL_ERRORS.labels(name).inc(0)
+        metrics.RECONCILE_TIMEOUTS.labels(name).inc(0)
         self._m_active.set(0)
 
     def __repr__(self) -> str:

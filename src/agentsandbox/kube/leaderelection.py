@@ -157,6 +157,7 @@ class LeaderElector:
         self._last_renew = 0.0
         self._lost = False
         self._m_status = metrics.LEADER_ELECTION_STATUS.labels(name)
+        self._m_slowpath = metrics.LEADER_ELECTION_SLOWPATH.labels(name)
         self._m_status.set(0)
 
     def __repr__(self) -> str:
@@ -330,6 +331,10 @@ class LeaderElector:
             duration = current.lease_duration_seconds or self.lease_duration
             if self._observed_time + duration > self._clock():
                 return False  # held by someone else and not expired
+        if self._leading:
+            # client-go counts a leader's renewal that reads the Lease before writing it. We
+            # have no optimistic write-only fast path, so every renewal takes this slow path.
+            self._m_slowpath.inc()
         new = self._record(current)
         body = dict(lease)
         body["spec"] = {**(lease.get("spec") or {}), **new.to_spec()}

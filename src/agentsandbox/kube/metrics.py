@@ -7,11 +7,53 @@ fault tests can prove the fault really happened.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
+
+def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
+    """client_golang's ``prometheus.ExponentialBuckets``, multiplied step by step as Go does.
+
+    Repeated multiplication (not ``start * factor**i``) gives the same float64 values as Go, so
+    the ``le`` labels match Go's text byte for byte (``9.999999999999999e-06``).
+    """
+    out = []
+    value = start
+    for _ in range(count):
+        out.append(value)
+        value *= factor
+    return tuple(out)
+
+
+#: controller-runtime v0.23.3 ``controller_runtime_reconcile_time_seconds``
+#: (pkg/internal/controller/metrics/metrics.go).
+RECONCILE_TIME_BUCKETS: tuple[float, ...] = (
+    *(0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5),
+    *(0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5),
+    *(5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60),
+)
+#: controller-runtime v0.23.3 work queue histograms: ``ExponentialBuckets(10e-9, 10, 12)``,
+#: 10 ns .. 1000 s (pkg/metrics/workqueue.go).
+WORKQUEUE_DURATION_BUCKETS = exponential_buckets(10e-9, 10, 12)
+
+# Our own extras (not registered by controller-runtime).
 _EXP_BUCKETS = (*(0.005 * (2**i) for i in range(14)), float("inf"))  # 5 ms .. ~41 s
+
+# --- process and interpreter (controller-runtime: Go's ProcessCollector and GoCollector) ------
+# ``process_*`` carry Go's names (process_resident_memory_bytes, process_cpu_seconds_total, ...);
+# ``python_info`` and ``python_gc_*`` stand in for ``go_*``.
+PROCESS = ProcessCollector(registry=REGISTRY)
+PLATFORM = PlatformCollector(registry=REGISTRY)
+GC = GCCollector(registry=REGISTRY)
 
 # --- controller-runtime: reconciles -------------------------------------------------------
 RECONCILE_TOTAL = Counter(
@@ -26,6 +68,21 @@ RECONCILE_ERRORS = Counter(
     ["controller"],
     registry=REGISTRY,
 )
+# Our runtime has no terminal (not retried) error, nor a per-reconcile timeout: each
+# Controller sets these two to 0 at construction, as controller-runtime initialises them
+# per controller, so dashboards and alerts written for Go controllers find the series.
+RECONCILE_TERMINAL_ERRORS = Counter(
+    "controller_runtime_terminal_reconcile_errors_total",
+    "Total number of terminal reconciliation errors per controller",
+    ["controller"],
+    registry=REGISTRY,
+)
+RECONCILE_TIMEOUTS = Counter(
+    "controller_runtime_reconcile_timeouts_total",
+    "Total number of reconciliation timeouts per controller",
+    ["controller"],
+    registry=REGISTRY,
+)
 RECONCILE_PANICS = Counter(
     "controller_runtime_reconcile_panics_total",
     "Total number of reconciliation panics (unexpected exceptions) per controller",
@@ -36,7 +93,7 @@ RECONCILE_TIME = Histogram(
     "controller_runtime_reconcile_time_seconds",
     "Length of time per reconciliation per controller",
     ["controller"],
-    buckets=_EXP_BUCKETS,
+    buckets=RECONCILE_TIME_BUCKETS,
     registry=REGISTRY,
 )
 MAX_CONCURRENT_RECONCILES = Gauge(
@@ -72,14 +129,14 @@ WORKQUEUE_QUEUE_DURATION = Histogram(
     "workqueue_queue_duration_seconds",
     "How long in seconds an item stays in workqueue before being requested",
     ["name", "controller"],
-    buckets=_EXP_BUCKETS,
+    buckets=WORKQUEUE_DURATION_BUCKETS,
     registry=REGISTRY,
 )
 WORKQUEUE_WORK_DURATION = Histogram(
     "workqueue_work_duration_seconds",
     "How long in seconds processing an item from workqueue takes",
     ["name", "controller"],
-    buckets=_EXP_BUCKETS,
+    buckets=WORKQUEUE_DURATION_BUCKETS,
     registry=REGISTRY,
 )
 WORKQUEUE_UNFINISHED_WORK = Gauge(
@@ -121,7 +178,15 @@ REST_CLIENT_RATE_LIMITER_DURATION = Histogram(
 LEADER_ELECTION_STATUS = Gauge(
     "leader_election_master_status",
     "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, "
-    "1 indicates master. 'name' is the string used to identify the lease.",
+    "1 indicates master. 'name' is the string used to identify the lease. Please make sure to "
+    "group by name.",
+    ["name"],
+    registry=REGISTRY,
+)
+LEADER_ELECTION_SLOWPATH = Counter(
+    "leader_election_slowpath_total",
+    "Total number of slow path exercised in renewing leader leases. 'name' is the string used "
+    "to identify the lease. Please make sure to group by name.",
     ["name"],
     registry=REGISTRY,
 )
