@@ -1039,6 +1039,24 @@ def test_finished_is_removed_when_not_computed() -> None:
     assert cond(p, "Finished") is None
 
 
+def _condition_types(p: Plan) -> list[str]:
+    assert p.status is not None
+    return [c["type"] for c in p.status["conditions"]]
+
+
+def test_new_conditions_are_inserted_suspended_then_finished_then_ready_as_upstream() -> None:
+    """upstream's e2e compares condition lists in order (cmp.Diff)."""
+    assert _condition_types(plan(snap(sandbox(replicas=0)))) == ["Suspended", "Ready"]
+    assert _condition_types(plan(snap(sandbox(), pod(phase="Failed")))) == ["Finished", "Ready"]
+
+
+def test_existing_conditions_keep_their_place() -> None:
+    first = plan(snap(sandbox()))
+    assert first.status is not None
+    p = plan(snap(sandbox(replicas=0, status=first.status)))
+    assert _condition_types(p) == ["Ready", "Suspended"]
+
+
 # ---------------------------------------------------------------------------------- §2.8 expiry
 def _marked(policy: str | None = None, **status: Any) -> dict[str, Any]:
     conditions = [

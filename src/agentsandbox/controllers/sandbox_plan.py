@@ -814,8 +814,6 @@ def compute_status(
     desired_service = _spec(sandbox).get("service")
     required = bool(desired_service) if desired_service is not None else service is not None
     conditions: list[Condition] = [dict(c) for c in old.get("conditions") or ()]
-    ready = ready_condition(replicas, pod, required, service is not None, errors, generation)
-    conditions, _ = set_status_condition(conditions, ready, now)
     if replicas == 0:
         suspended = (
             make_condition(
@@ -848,6 +846,9 @@ def compute_status(
         conditions, _ = set_status_condition(conditions, finished, now)
     else:
         conditions, _ = remove_status_condition(conditions, CONDITION_FINISHED)
+    # Ready last: a new list gets upstream's insertion order Suspended, Finished, Ready
+    ready = ready_condition(replicas, pod, required, service is not None, errors, generation)
+    conditions, _ = set_status_condition(conditions, ready, now)
     status["conditions"] = conditions
     return _compact(status)
 
