@@ -81,7 +81,7 @@ async def test_probes_and_metrics_are_served_and_readyz_waits_for_the_caches(
             assert await get(http, mgr.health_probe_address, "/readyz") == (200, "ok")
             status, text = await get(http, mgr.health_probe_address, "/readyz?verbose")
             assert status == 200 and "[+]informers-synced ok" in text
-            assert (await get(http, mgr.health_probe_address, "/readyz/ping"))[0] == 200
+            assert (await get(http, mgr.health_probe_address, "/readyz/readyz"))[0] == 200
             assert (await get(http, mgr.health_probe_address, "/metrics"))[0] == 404
 
             status, text = await get(http, mgr.metrics_address, "/metrics")

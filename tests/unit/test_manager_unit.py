@@ -1,10 +1,14 @@
-"""Manager pieces without a cluster: bind addresses, and shutdown with and without draining."""
+"""Manager pieces without a cluster: bind addresses, probes, and shutdown with and without
+draining."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+from collections.abc import AsyncIterator
 from typing import cast
 
+import aiohttp
 import pytest
 
 from agentsandbox.kube.client import Client
@@ -17,7 +21,8 @@ from agentsandbox.kube.manager import Manager, parse_bind_address
     [
         ("0", None),
         ("", None),
-        (":8080", ("0.0.0.0", 8080)),
+        (":8080", (None, 8080)),
+        ("0.0.0.0:8080", ("0.0.0.0", 8080)),
         ("127.0.0.1:8081", ("127.0.0.1", 8081)),
         ("127.0.0.1:0", ("127.0.0.1", 0)),
         ("[::1]:9000", ("::1", 9000)),
@@ -84,3 +89,80 @@ async def test_a_second_stop_does_not_wait_for_reconciles() -> None:
     mgr.stop()
     await asyncio.wait_for(task, 5)
     assert reconciler.outcome == "cancelled"
+
+
+def ipv6_loopback() -> bool:
+    """True if this machine can use ``::1`` (IPv6 compiled in and a loopback address bound)."""
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture
+async def wildcard_manager() -> AsyncIterator[Manager]:
+    """A manager serving metrics and probes on ``":0"`` (no host), stopped afterwards."""
+    mgr = Manager(cast(Client, None), metrics_bind_address=":0", health_probe_bind_address=":0")
+    task = asyncio.create_task(mgr.run(handle_signals=False))
+    try:
+        await asyncio.wait_for(mgr.wait_started(), 5)
+        yield mgr
+    finally:
+        mgr.stop()
+        await asyncio.wait_for(task, 5)
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1",
+        pytest.param(
+            "::1",
+            marks=pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback (::1) here"),
+        ),
+    ],
+)
+async def test_an_empty_host_listens_on_ipv4_and_ipv6_like_go(
+    wildcard_manager: Manager, host: str
+) -> None:
+    """``":port"`` must reach the process over IPv4 and IPv6 (Go's ``net.Listen`` is dual-stack),
+    or probes fail on IPv6-only clusters (review F2).
+
+    The servers bind the wildcard address, because that is what is tested; the test connects
+    only to loopback: ``127.0.0.1``, and ``::1`` unless the machine has no IPv6 loopback
+    (``socket.has_ipv6`` false or ``::1`` not bindable), in which case that case is skipped.
+    """
+    assert wildcard_manager.metrics_address is not None
+    assert wildcard_manager.health_probe_address is not None
+    metrics_port = wildcard_manager.metrics_address[1]
+    probe_port = wildcard_manager.health_probe_address[1]
+    url_host = f"[{host}]" if ":" in host else host
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+        async with http.get(f"http://{url_host}:{metrics_port}/metrics") as resp:
+            assert resp.status == 200
+            assert "controller_runtime_reconcile_total" in await resp.text()
+        async with http.get(f"http://{url_host}:{probe_port}/healthz") as resp:
+            assert (resp.status, await resp.text()) == (200, "ok")
+
+
+async def test_probe_checks_are_named_healthz_and_readyz_as_upstream(
+    wildcard_manager: Manager,
+) -> None:
+    """Upstream registers ``healthz``/``readyz`` ping checks; ``/readyz`` also waits for caches."""
+    assert wildcard_manager.health_probe_address is not None
+    base = f"http://127.0.0.1:{wildcard_manager.health_probe_address[1]}"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+        async with http.get(f"{base}/healthz?verbose") as resp:
+            assert resp.status == 200
+            assert (await resp.text()).splitlines()[0] == "[+]healthz ok"
+        async with http.get(f"{base}/readyz?verbose") as resp:
+            assert resp.status == 200
+            lines = (await resp.text()).splitlines()
+            assert lines[:2] == ["[+]readyz ok", "[+]informers-synced ok"]
+        for path in ("/healthz/healthz", "/readyz/readyz", "/readyz/informers-synced"):
+            async with http.get(base + path) as resp:
+                assert (resp.status, await resp.text()) == (200, "ok"), path

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
+import socket
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -58,18 +60,21 @@ class Runnable(Protocol):
     async def stop(self, drain_timeout: float | None = ...) -> None: ...
 
 
-def parse_bind_address(address: str) -> tuple[str, int] | None:
-    """``"host:port"`` -> (host, port); ``":8080"`` binds every interface; ``"0"``/``""`` -> None.
+def parse_bind_address(address: str) -> tuple[str | None, int] | None:
+    """``"host:port"`` -> (host, port); ``":8080"`` -> (None, 8080); ``"0"``/``""`` -> None.
 
-    Port 0 picks a free port (read it back from :attr:`Manager.metrics_address`).
+    An empty host (None) means every interface of every address family, as Go's
+    ``net.Listen("tcp", ":8080")``: IPv4 and IPv6, so probes work on IPv6-only clusters too. An
+    explicit host (``0.0.0.0``, ``[::]``, ``127.0.0.1``) is bound as given. Port 0 picks a free
+    port (read it back from :attr:`Manager.metrics_address`).
     """
     address = address.strip()
     if address in ("", "0"):
         return None
-    host, sep, port_text = address.rpartition(":")
+    host_text, sep, port_text = address.rpartition(":")
     if not sep:
         raise ValueError(f"bind address {address!r} needs a port (host:port or :port)")
-    host = host.strip("[]") or "0.0.0.0"
+    host = host_text.strip("[]") or None
     try:
         port = int(port_text)
     except ValueError:
@@ -130,9 +135,10 @@ class Manager:
         self._started_runnables: list[Runnable] = []
         self._start_tasks: set[asyncio.Task[None]] = set()
         self._lost_task: asyncio.Task[None] | None = None
-        self._healthz: dict[str, Check] = {"ping": lambda: True}
+        # Named as upstream's main.go names its ping checks; /readyz also waits for the caches.
+        self._healthz: dict[str, Check] = {"healthz": lambda: True}
         self._readyz: dict[str, Check] = {
-            "ping": lambda: True,
+            "readyz": lambda: True,
             "informers-synced": self.informers.has_synced,
         }
         self._runners: list[web.AppRunner] = []
@@ -387,13 +393,20 @@ class Manager:
             self.health_probe_address = await self._serve(self._probe_bind, routes_probes)
             log.info("serving health probes on %s:%d", *self.health_probe_address)
 
-    async def _serve(self, bind: tuple[str, int], routes: list[web.RouteDef]) -> tuple[str, int]:
+    async def _serve(
+        self, bind: tuple[str | None, int], routes: list[web.RouteDef]
+    ) -> tuple[str, int]:
         app = web.Application()
         app.add_routes(routes)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         self._runners.append(runner)
-        site = web.TCPSite(runner, bind[0], bind[1], reuse_address=True)
+        host, port = bind
+        site: web.BaseSite
+        if host is None:
+            site = web.SockSite(runner, listen_all_interfaces(port))
+        else:
+            site = web.TCPSite(runner, host, port, reuse_address=True)
         await site.start()
         sockname = runner.addresses[0]
         return str(sockname[0]), int(sockname[1])
@@ -407,6 +420,44 @@ class Manager:
 
     async def _readyz_handler(self, request: web.Request) -> web.Response:
         return _check_response(self._readyz, request, extra_ok=not self._stopping)
+
+
+def listen_all_interfaces(port: int) -> socket.socket:
+    """A listening socket on every interface and address family, like Go's ``":port"``.
+
+    One dual-stack socket (``[::]`` with ``IPV6_V6ONLY`` off: IPv4 arrives v4-mapped), so port 0
+    gets one port for both families. Without IPv6 in the kernel: IPv4 ``0.0.0.0`` only.
+    """
+    if socket.has_ipv6:
+        try:
+            sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        except OSError:
+            pass
+        else:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                sock.bind(("::", port))
+            except OSError as err:
+                sock.close()
+                if err.errno == errno.EADDRINUSE:
+                    raise
+            else:
+                return _listening(sock)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("0.0.0.0", port))
+    except OSError:
+        sock.close()
+        raise
+    return _listening(sock)
+
+
+def _listening(sock: socket.socket) -> socket.socket:
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
 
 
 def _safe(check: Check) -> bool:
