@@ -19,15 +19,19 @@ from agentsandbox.api.hashing import name_hash, pod_template_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_WARM_POOL
 from agentsandbox.controllers.warmpool_plan import (
     EVENT_NOT_PROGRESSING,
+    HELD_BACK_RECHECK,
+    POD_CACHE_WAIT,
     EVENT_PROGRESSING,
     REASON_BLOCKED,
     REASON_READY,
+    REASON_TEMPLATE_ERROR,
     REASON_TEMPLATE_NOT_FOUND,
     Plan,
     Settings,
     Snapshot,
     build_blueprint,
     is_sandbox_stale,
+    not_progressing_reason,
     plan,
     pod_specs_match,
     transition_event,
@@ -436,6 +440,9 @@ def test_template_ref_update_same_spec_replaces_every_sandbox() -> None:
     assert {s["metadata"]["labels"][keys.LABEL_SANDBOX_TEMPLATE_REF_HASH] for s in after} == {
         name_hash("new-template")
     }
+    assert {s["spec"]["podTemplate"]["spec"]["containers"][0]["image"] for s in after} == {
+        "test-image"
+    }, "same spec: the image is unchanged, only the template reference moved"
 
 
 def test_template_update_dns_policy_rolls_under_recreate() -> None:
@@ -454,8 +461,14 @@ def test_compare_pod_specs_normalization() -> None:
     t = template()
     base = copy.deepcopy(t["spec"]["podTemplate"]["spec"])
     assert pod_specs_match(t, apply_sandbox_secure_defaults(t, base))
+    # nil and empty lists/maps are semantically equal (the apiserver may drop or keep them)
     assert pod_specs_match(
-        t, {**apply_sandbox_secure_defaults(t, base), "automountServiceAccountToken": False}
+        t,
+        {
+            **apply_sandbox_secure_defaults(t, copy.deepcopy(base)),
+            "volumes": [],
+            "nodeSelector": {},
+        },
     )
     assert not pod_specs_match(
         t, {**apply_sandbox_secure_defaults(t, base), "automountServiceAccountToken": True}
@@ -587,43 +600,241 @@ def test_full_pool_is_ready() -> None:
 def test_events_fire_on_entering_and_leaving_a_stuck_state() -> None:
     t, p = template(), pool(1)
     stuck = plan(snap(p, [], None)).status
-    assert transition_event({}, stuck) == (
+    assert transition_event(None, stuck) == (
         "Warning",
         EVENT_NOT_PROGRESSING,
         'SandboxTemplate "test-template" not found',
     )
-    assert transition_event(stuck, stuck) is None
+    assert not_progressing_reason(stuck) == REASON_TEMPLATE_NOT_FOUND
+    assert transition_event(REASON_TEMPLATE_NOT_FOUND, stuck) is None
     fine = plan(snap({**p, "status": stuck}, [], t)).status
-    ev = transition_event(stuck, fine)
+    ev = transition_event(REASON_TEMPLATE_NOT_FOUND, fine)
     assert ev is not None and ev[:2] == ("Normal", EVENT_PROGRESSING)
+    assert transition_event(None, fine) is None
 
 
-def test_grace_period_restarts_when_a_held_sandbox_finally_gets_its_pod() -> None:
-    """A sandbox blocked for 10 minutes whose pod was just created is not 'stuck' (yet)."""
+def test_events_fire_again_when_the_not_progressing_reason_changes() -> None:
     t, p = template(), pool(1)
-    sb = sandbox(p, t, owned=True, ready=False, age=600)
-    sb["status"]["replicas"] = 1
-    pod = {
-        "metadata": {"name": sb["metadata"]["name"], "creationTimestamp": iso(NOW - 30)},
+    sb = sandbox(p, t, owned=True, ready=None, age=600)
+    sb["status"]["conditions"] = [
+        {"type": "Ready", "status": "False", "reason": "ReconcilerError", "message": "quota"}
+    ]
+    blocked = plan(snap(p, [sb], t)).status
+    ev = transition_event(REASON_TEMPLATE_NOT_FOUND, blocked)
+    assert ev is not None and ev[:2] == ("Warning", EVENT_NOT_PROGRESSING)
+
+
+def _pod(sb: dict[str, Any], created_ago: float, scheduled_ago: float) -> dict[str, Any]:
+    return {
+        "metadata": {"name": sb["metadata"]["name"], "creationTimestamp": iso(NOW - created_ago)},
         "status": {
             "phase": "Pending",
             "conditions": [
-                {"type": "PodScheduled", "status": "True", "lastTransitionTime": iso(NOW - 20)}
+                {
+                    "type": "PodScheduled",
+                    "status": "True",
+                    "lastTransitionTime": iso(NOW - scheduled_ago),
+                }
             ],
         },
     }
-    pl = plan(snap(p, [sb], t, pods={sb["metadata"]["name"]: pod}))
+
+
+def test_grace_period_restarts_when_a_held_sandbox_finally_gets_its_pod() -> None:
+    """A sandbox held as blocked for 10 minutes whose pod was just created is not 'stuck' yet."""
+    t, p = template(), pool(1)
+    sb = sandbox(p, t, owned=True, ready=False, age=600)
+    pods = {sb["metadata"]["name"]: _pod(sb, 30, 20)}
+    held = frozenset({sb["metadata"]["uid"]})
+    pl = plan(snap(p, [sb], t, pods=pods, held_before=held))
     assert pl.delete_stuck == [] and pl.held == []
     assert pl.requeue_after == pytest.approx(300 - 20 + 1)
+    assert pl.held_uids == held, "its fresh grace period must last until it is Ready"
     # ... and it is replaced once that fresh grace period has passed too
-    pod["status"]["conditions"][0]["lastTransitionTime"] = iso(NOW - 400)
-    pod["metadata"]["creationTimestamp"] = iso(NOW - 400)
-    assert len(plan(snap(p, [sb], t, pods={sb["metadata"]["name"]: pod})).delete_stuck) == 1
+    pods = {sb["metadata"]["name"]: _pod(sb, 400, 400)}
+    assert len(plan(snap(p, [sb], t, pods=pods, held_before=held)).delete_stuck) == 1
 
 
-def test_sandbox_reporting_a_pod_the_cache_has_not_seen_is_kept_and_rechecked() -> None:
+def test_grace_period_does_not_restart_for_a_recreated_pod_of_a_sandbox_never_held() -> None:
+    """Review #4: a pod recreated (eviction, drain) or rescheduled does not reset the clock of a
+    sandbox that was never held as blocked; the seed times it from the sandbox's creation."""
+    t, p = template(), pool(1)
+    sb = sandbox(p, t, owned=True, ready=False, age=3600)
+    pods = {sb["metadata"]["name"]: _pod(sb, 60, 50)}
+    pl = plan(snap(p, [sb], t, pods=pods))
+    assert [s["metadata"]["uid"] for s in pl.delete_stuck] == [sb["metadata"]["uid"]]
+    assert pl.held_uids == frozenset()
+
+
+def test_held_sandbox_is_remembered_and_forgotten_once_ready() -> None:
+    t, p = template(), pool(1)
+    sb = sandbox(p, t, owned=True, ready=None, age=600)
+    sb["status"]["conditions"] = [
+        {"type": "Ready", "status": "False", "reason": "ReconcilerError", "message": "quota"}
+    ]
+    pl = plan(snap(p, [sb], t))
+    assert pl.held_uids == frozenset({sb["metadata"]["uid"]})
+    ready = copy.deepcopy(sb)
+    ready["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    assert plan(snap(p, [ready], t, held_before=pl.held_uids)).held_uids == frozenset()
+
+
+def test_sandbox_reporting_a_pod_the_cache_has_not_seen_is_kept_at_most_10_seconds() -> None:
+    """Review #6: the 'pod cache lags' exception is bounded; at 11 s the seed rule applies."""
     t, p = template(), pool(1)
     sb = sandbox(p, t, owned=True, ready=False, age=600)
     sb["status"]["replicas"] = 1
-    pl = plan(snap(p, [sb], t))
-    assert pl.delete_stuck == [] and pl.requeue_after == pytest.approx(1.0)
+    uid = sb["metadata"]["uid"]
+    first = plan(snap(p, [sb], t))
+    assert first.delete_stuck == [] and first.pod_missing_since == {uid: NOW}
+    assert first.requeue_after == pytest.approx(POD_CACHE_WAIT + 1.0), "no 1 Hz polling"
+    nine = plan(snap(p, [sb], t, pod_missing_since={uid: NOW - 9}))
+    assert nine.delete_stuck == [] and nine.requeue_after == pytest.approx(2.0)
+    eleven = plan(snap(p, [sb], t, pod_missing_since={uid: NOW - 11}))
+    assert [s["metadata"]["uid"] for s in eleven.delete_stuck] == [uid]
+
+
+def test_sandbox_reporting_a_missing_pod_within_grace_is_not_deleted_after_the_wait() -> None:
+    t, p = template(), pool(1)
+    sb = sandbox(p, t, owned=True, ready=False, age=60)
+    sb["status"]["replicas"] = 1
+    uid = sb["metadata"]["uid"]
+    pl = plan(snap(p, [sb], t, pod_missing_since={uid: NOW - 30}))
+    assert pl.delete_stuck == [] and pl.requeue_after == pytest.approx(300 - 60 + 1)
+
+
+# ------------------------------------------------------------------ review fixes (plan side)
+def test_stuck_orphan_is_deleted_not_adopted_in_the_same_pass() -> None:
+    """Review #2: never adopt what this pass deletes (it used to DELETE, then PUT -> 404)."""
+    t, p = template(), pool(1)
+    orphan = sandbox(p, t, ready=False, age=600)
+    pl = plan(snap(p, [orphan], t))
+    assert pl.delete_stuck == [orphan] and pl.adopt == []
+    assert pl.create == 1, "an orphan's delete does not hold the replacement back"
+
+
+def test_terminating_sandboxes_of_others_do_not_hold_creates_back() -> None:
+    """Review #3: only the pool's own terminating sandboxes count as in flight."""
+    t, p = template(), pool(2)
+    foreign = sandbox(p, t, foreign=True)
+    orphan = sandbox(p, t)
+    for sb in (foreign, orphan):
+        sb["metadata"]["deletionTimestamp"] = iso(NOW - 1)
+    pl = plan(snap(p, [foreign, orphan], t))
+    assert pl.create == 2 and pl.held_back == 0 and pl.requeue_after is None
+
+
+def test_stale_orphan_delete_does_not_hold_creates_back() -> None:
+    t, p = template(), pool(1)
+    stale_orphan = sandbox(p, template(image="other"))
+    pl = plan(snap(p, [stale_orphan], t))
+    assert pl.delete_stale == [stale_orphan] and pl.create == 1
+
+
+def test_own_terminating_sandboxes_hold_creates_back_and_requeue() -> None:
+    t, p = template(), pool(2)
+    leaving = sandbox(p, t, owned=True)
+    leaving["metadata"]["deletionTimestamp"] = iso(NOW - 1)
+    pl = plan(snap(p, [leaving, sandbox(p, t, owned=True)], t))
+    assert (pl.create, pl.held_back) == (0, 1)
+    assert pl.requeue_after == pytest.approx(HELD_BACK_RECHECK)
+
+
+def test_orphan_whose_adoption_failed_is_not_counted() -> None:
+    """Review #8 / seed §4.4 step 4: a failed adoption is skipped, so a replacement is made."""
+    t, p = template(), pool(1)
+    orphan = sandbox(p, t)
+    first = plan(snap(p, [orphan], t))
+    assert first.adopt == [orphan] and first.create == 0
+    again = plan(snap(p, [orphan], t, skip=frozenset({orphan["metadata"]["uid"]})))
+    assert again.adopt == [] and again.status["replicas"] == 0 and again.create == 1
+
+
+def test_template_hash_failure_creates_nothing_and_reports_template_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review #12 / seed §4.3 step 2: the hash error is the template error."""
+    import agentsandbox.controllers.warmpool_plan as wp
+    from agentsandbox.api.gojson import GoJSONError
+
+    def broken(_: Any) -> str:
+        raise GoJSONError("unsupported value")
+
+    monkeypatch.setattr(wp, "pod_template_hash", broken)
+    t, p = template(), pool(3, strategy="Recreate")
+    old = sandbox(p, template(image="old"), owned=True)
+    pl = plan(snap(p, [old, sandbox(p, t)], t))
+    assert pl.create == 0 and pl.blueprint is None
+    assert pl.delete_stale == [] and pl.adopt == [], "no staleness checks, no unvetted adoption"
+    cond = pl.status["conditions"][0]
+    assert (cond["status"], cond["reason"]) == ("False", REASON_TEMPLATE_ERROR)
+    assert "unsupported value" in cond["message"]
+    assert pl.status["replicas"] == 1
+
+
+def test_recreate_rollout_takes_exactly_two_passes_deletes_then_creates() -> None:
+    """Documented deviation (review #11): the seed deletes and creates in one pass; here creates
+    wait until the deletes are gone, so a pool never holds more than spec.replicas."""
+    v1, p = template(image="image-v1"), pool(2, strategy="Recreate")
+    sbs = [sandbox(p, v1, owned=True) for _ in range(2)]
+    v2 = template(image="image-v2")
+    first = plan(snap(p, sbs, v2))
+    assert (len(first.delete_stale), first.create) == (2, 0)
+    sbs = apply(p, sbs, first)
+    second = plan(snap(p, sbs, v2))
+    assert (len(second.delete_stale), second.create) == (0, 2)
+    sbs = apply(p, sbs, second)
+    third = plan(snap(p, sbs, v2))
+    assert (third.delete_stale, third.create, third.delete_excess) == ([], 0, [])
+
+
+def test_stale_orphan_with_wrong_template_ref_hash_is_deleted_under_on_replenish() -> None:
+    t, p = template(), pool(1)
+    orphan = sandbox(p, t)
+    orphan["metadata"]["labels"][keys.LABEL_SANDBOX_TEMPLATE_REF_HASH] = name_hash("elsewhere")
+    pl = plan(snap(p, [orphan], t))
+    assert pl.delete_stale == [orphan] and pl.adopt == [] and pl.create == 1
+
+
+@pytest.mark.parametrize(
+    ("states", "ready"),
+    [
+        (["False", "Unknown", "False"], 0),
+        (["True", "True", "False"], 2),
+        (["True", "True", "True"], 3),
+    ],
+)
+def test_ready_replicas_by_condition_status(states: list[str], ready: int) -> None:
+    """Upstream TestReconcilePoolReadyReplicas: only status "True" counts."""
+    t, p = template(), pool(3)
+    sbs = []
+    for state in states:
+        sb = sandbox(p, t, owned=True)
+        sb["status"]["conditions"][0]["status"] = state
+        sbs.append(sb)
+    assert plan(snap(p, sbs, t)).status["readyReplicas"] == ready
+
+
+def test_blueprint_fields_and_deep_copies() -> None:
+    t = template(
+        service={"ports": [{"port": 80}]},
+        volumeClaimTemplates=[{"metadata": {"name": "data"}, "spec": {}}],
+    )
+    p = pool(1)
+    bp = build_blueprint(p, t, "h")
+    assert bp["spec"]["replicas"] == 1
+    assert bp["spec"]["service"] == {"ports": [{"port": 80}]}
+    assert bp["metadata"]["namespace"] == NS
+    ref = bp["metadata"]["ownerReferences"][0]
+    assert ref == {
+        "apiVersion": SANDBOX_WARM_POOL.api_version,
+        "kind": "SandboxWarmPool",
+        "name": "test-pool",
+        "uid": "pool-uid",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    bp["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] = "changed"
+    bp["spec"]["podTemplate"]["spec"]["containers"][0]["image"] = "changed"
+    assert t["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
+    assert t["spec"]["podTemplate"]["spec"]["containers"][0]["image"] == "test-image"

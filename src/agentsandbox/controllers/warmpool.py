@@ -11,10 +11,12 @@ never makes a pool exceed ``spec.replicas``, however many workers run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -23,13 +25,18 @@ from agentsandbox.api import keys
 from agentsandbox.api.conditions import find_condition, is_sandbox_ready
 from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.kinds import SANDBOX_WARM_POOL, TEMPLATE_REF_FIELD
-from agentsandbox.api.owners import controller_of, controller_reference
+from agentsandbox.api.owners import (
+    AlreadyOwnedError,
+    controller_of,
+    controller_reference,
+    with_controller_reference,
+)
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
 from agentsandbox.api.timefmt import parse_rfc3339
 from agentsandbox.kube import metrics as kube_metrics
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.controller import Controller, ControllerBuilder, Request, Result
-from agentsandbox.kube.errors import ApiError, KubeError, NotFound
+from agentsandbox.kube.errors import ApiError, Conflict, KubeError, NotFound
 from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.expectations import Expectations
 from agentsandbox.kube.informer import Informer
@@ -37,13 +44,16 @@ from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import PODS
 from agentsandbox.kube.store import KubeObject
 
-from .batch import slow_start_batch
+from .batch import BatchCancelled, slow_start_batch
 from .warmpool_plan import (
     EVENT_NOT_PROGRESSING,
+    ON_REPLENISH,
     REASON_CREATE_FAILED,
+    RECREATE,
     Plan,
     Settings,
     Snapshot,
+    not_progressing_reason,
     plan,
     transition_event,
 )
@@ -115,6 +125,35 @@ class ReconcileErrors(ApiError):
         self.errors = errors
 
 
+# What a delete came to. A Conflict means the sandbox changed (a claim adopting it, a status
+# write) or is no longer the object we saw: the normal case of a race, so look again.
+DELETED, GONE, CONFLICT, FAILED = "deleted", "gone", "conflict", "failed"
+CONFLICT_RECHECK = 1.0  # seconds: look again this soon after a write lost a race
+LOST_EVENT_RECHECK = 30.0  # seconds: look again this soon while our writes are unobserved
+
+
+@dataclass
+class Outcome:
+    """What acting on one plan came to."""
+
+    errors: list[BaseException] = field(default_factory=list)
+    create_error: BaseException | None = None
+    conflicts: int = 0
+
+
+@dataclass
+class PoolMemory:
+    """What the reconciler remembers about one pool between passes (lost on restart; each
+    piece degrades to the seed's behaviour when empty)."""
+
+    uid: str
+    held: frozenset[str] = frozenset()
+    pod_missing_since: dict[str, float] = field(default_factory=dict)
+    # the not-progressing reason last announced by an event (None: progressing)
+    reported: str | None = None
+    warned_strategy: str | None = None
+
+
 def pool_index(sb: KubeObject) -> list[str]:
     meta = sb.get("metadata") or {}
     value = (meta.get("labels") or {}).get(keys.LABEL_WARM_POOL_SANDBOX)
@@ -127,13 +166,35 @@ def template_index(pool: KubeObject) -> list[str]:
     return [f"{meta.get('namespace', '')}/{name}"] if name else []
 
 
-def _pool_owner_key(sb: KubeObject) -> str | None:
+def _pool_owner_uid(sb: KubeObject) -> str | None:
+    """The UID of the SandboxWarmPool controlling ``sb`` (expectations are keyed by pool UID, so a
+    pool deleted and re-created under the same name starts clean)."""
     ref = controller_of(sb)
     if ref is None or ref.get("kind") != SANDBOX_WARM_POOL.kind:
         return None
     if not str(ref.get("apiVersion", "")).startswith(SANDBOX_WARM_POOL.group + "/"):
         return None
-    return f"{sb['metadata'].get('namespace', '')}/{ref.get('name')}"
+    return str(ref.get("uid") or "") or None
+
+
+def _remove_series(ns: str, name: str) -> None:
+    """Drop every metric series of a deleted pool."""
+    series: list[tuple[Any, tuple[str, ...]]] = [
+        (DESIRED, ()),
+        (CURRENT, ()),
+        (READY, ()),
+        (ADOPTIONS, ()),
+        (TIME_TO_READY, ()),
+        (CREATES, ("success",)),
+        (CREATES, ("error",)),
+        *((DELETES, (reason,)) for reason in DELETE_REASONS),
+    ]
+    for metric, extra in series:
+        with contextlib.suppress(KeyError):
+            metric.remove(ns, name, *extra)
+
+
+DELETE_REASONS = ("stale", "stuck", "excess")
 
 
 class WarmPoolReconciler:
@@ -159,45 +220,51 @@ class WarmPoolReconciler:
         self.settings = settings or Settings()
         self.clock = clock
         self.expectations = Expectations()
-        # pool key of each sandbox we asked to delete: orphans have no owner to map them back
-        self._deleting: dict[str, str] = {}
+        # set when the controller shuts down: slow-start batches stop between two batches
+        self.stopping: asyncio.Event | None = None
+        self._memory: dict[str, PoolMemory] = {}  # by "<namespace>/<pool name>"
+        self._ready_seen: set[str] = set()  # sandbox UIDs whose first Ready was measured
         sandboxes.add_index(POOL_INDEX, pool_index)
         pools.add_index(TEMPLATE_INDEX, template_index)
         sandboxes.add_handler(self._on_add, self._on_update, self._on_delete)
 
     # ---------------------------------------------------------------- expectations observers
     def _on_add(self, sb: KubeObject) -> None:
-        key = _pool_owner_key(sb)
-        if key is not None:
-            self.expectations.creation_observed(key)
+        uid = _pool_owner_uid(sb)
+        if uid is not None:
+            self.expectations.creation_observed(uid)
 
     def _on_update(self, old: KubeObject, new: KubeObject) -> None:
         if new["metadata"].get("deletionTimestamp") and not old["metadata"].get(
             "deletionTimestamp"
         ):
             self._deletion_seen(new)
-        key = _pool_owner_key(new)
-        if key is not None and is_sandbox_ready(new) and not is_sandbox_ready(old):
-            self._observe_time_to_ready(new, key)
+        if is_sandbox_ready(new) and not is_sandbox_ready(old):
+            self._observe_time_to_ready(new)
 
     def _on_delete(self, sb: KubeObject) -> None:
         self._deletion_seen(sb)
+        self._ready_seen.discard(sb["metadata"].get("uid", ""))
 
     def _deletion_seen(self, sb: KubeObject) -> None:
-        uid = sb["metadata"].get("uid", "")
-        key = self._deleting.pop(uid, None) or _pool_owner_key(sb)
-        if key is not None:
-            self.expectations.deletion_observed(key, uid)
+        uid = _pool_owner_uid(sb)
+        if uid is not None:
+            self.expectations.deletion_observed(uid, sb["metadata"].get("uid", ""))
 
-    def _observe_time_to_ready(self, sb: KubeObject, key: str) -> None:
+    def _observe_time_to_ready(self, sb: KubeObject) -> None:
+        """Creation to the first Ready=True of a pool sandbox (later flips are not measured)."""
+        meta = sb["metadata"]
+        ref = controller_of(sb)
+        if _pool_owner_uid(sb) is None or ref is None or meta.get("uid") in self._ready_seen:
+            return
+        self._ready_seen.add(meta.get("uid", ""))
         cond = find_condition((sb.get("status") or {}).get("conditions"), "Ready")
-        created = sb["metadata"].get("creationTimestamp")
+        created = meta.get("creationTimestamp")
         if not cond or not cond.get("lastTransitionTime") or not created:
             return
         took = (parse_rfc3339(cond["lastTransitionTime"]) - parse_rfc3339(created)).total_seconds()
         if took >= 0:
-            ns, _, pool = key.partition("/")
-            TIME_TO_READY.labels(ns, pool).observe(took)
+            TIME_TO_READY.labels(meta.get("namespace", ""), ref.get("name")).observe(took)
 
     # ---------------------------------------------------------------- mapping
     def pools_for_template(self, template: KubeObject) -> list[Request]:
@@ -209,42 +276,88 @@ class WarmPoolReconciler:
         ]
 
     # ---------------------------------------------------------------- reconcile
+    def _forget(self, key: str) -> None:
+        memory = self._memory.pop(key, None)
+        if memory is not None:
+            self.expectations.delete(memory.uid)
+
+    def _memory_of(self, key: str, pool: KubeObject) -> PoolMemory:
+        uid = pool["metadata"].get("uid", "")
+        memory = self._memory.get(key)
+        if memory is None or memory.uid != uid:
+            self._forget(key)  # a pool re-created under the same name starts clean
+            memory = self._memory[key] = PoolMemory(
+                uid=uid, reported=not_progressing_reason(pool.get("status") or {})
+            )
+        return memory
+
     async def reconcile(self, req: Request) -> Result | None:
         key = str(req)
         pool = self.pools.get(req.name, req.namespace)
         if pool is None:
-            self.expectations.delete(key)
-            for gauge in (DESIRED, CURRENT, READY):
-                with contextlib.suppress(KeyError):
-                    gauge.remove(req.namespace, req.name)
+            self._forget(key)
+            _remove_series(req.namespace, req.name)
             return None
         if pool["metadata"].get("deletionTimestamp"):
             return None
-        snap = self.observe(pool)
+        memory = self._memory_of(key, pool)
+        self._warn_unknown_strategy(key, pool, memory)
+        snap = self.observe(pool, memory)
         decision = plan(snap)
-        errors = await self.act(pool, decision)
-        await self.write_status(pool, decision, errors)
-        if errors:
-            raise ReconcileErrors(errors)
-        if decision.requeue_after is not None:
-            return Result(requeue_after=decision.requeue_after)
-        if not snap.expectations_satisfied:
-            return Result(requeue_after=30.0)  # fallback if an event was lost
-        return None
+        outcome = Outcome()
+        skipped = await self.adopt(pool, decision.adopt, outcome)
+        if skipped:  # a failed adoption is not counted (the seed's rule): decide again without it
+            decision = plan(replace(snap, skip=snap.skip | skipped))
+        memory.held = decision.held_uids
+        memory.pod_missing_since = decision.pod_missing_since
+        await self.act(pool, decision, outcome)
+        try:
+            await self.write_status(pool, decision, outcome.create_error, memory)
+        except KubeError as err:
+            outcome.errors.append(err)
+        if outcome.errors:
+            raise ReconcileErrors(outcome.errors)
+        requeues = [] if decision.requeue_after is None else [decision.requeue_after]
+        if outcome.conflicts:
+            requeues.append(CONFLICT_RECHECK)
+        if not self.expectations.satisfied(memory.uid):
+            requeues.append(LOST_EVENT_RECHECK)  # in case an event of ours was lost
+        return Result(requeue_after=min(requeues)) if requeues else None
 
-    def observe(self, pool: KubeObject) -> Snapshot:
+    def _warn_unknown_strategy(self, key: str, pool: KubeObject, memory: PoolMemory) -> None:
+        given = ((pool.get("spec") or {}).get("updateStrategy") or {}).get("type") or ""
+        if given in ("", RECREATE, ON_REPLENISH) or memory.warned_strategy == given:
+            return
+        memory.warned_strategy = given
+        log.warning(
+            "unknown update strategy, defaulting to OnReplenish",
+            extra={"pool": key, "strategy": given},
+        )
+
+    def _pod_of(self, sb: KubeObject) -> KubeObject | None:
+        """The sandbox's live pod from the cache: the one its pod-name annotation names, else the
+        one named like the sandbox; a terminating pod does not count."""
+        if self.pods is None:
+            return None
+        meta = sb["metadata"]
+        name = (meta.get("annotations") or {}).get(keys.ANNOTATION_POD_NAME) or meta["name"]
+        pod = self.pods.get(name, meta["namespace"])
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return None
+        return pod
+
+    def observe(self, pool: KubeObject, memory: PoolMemory | None = None) -> Snapshot:
         meta = pool["metadata"]
         ns = meta["namespace"]
         sandboxes = self.sandboxes.by_index(POOL_INDEX, f"{ns}/{name_hash(meta['name'])}")
         ref = ((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name", "")
         template = self.templates.get(ref, ns) if ref else None
         pods: dict[str, KubeObject] = {}
-        if self.pods is not None:
-            for sb in sandboxes:
-                if not is_sandbox_ready(sb):
-                    pod = self.pods.get(sb["metadata"]["name"], ns)
-                    if pod is not None:
-                        pods[sb["metadata"]["name"]] = pod
+        for sb in sandboxes:
+            if not is_sandbox_ready(sb):
+                pod = self._pod_of(sb)
+                if pod is not None:
+                    pods[sb["metadata"]["name"]] = pod
         return Snapshot(
             pool=pool,
             sandboxes=sandboxes,
@@ -252,15 +365,43 @@ class WarmPoolReconciler:
             template_error=None if template is not None else "NotFound",
             now=self.clock(),
             pods=pods,
-            expectations_satisfied=self.expectations.satisfied(f"{ns}/{meta['name']}"),
+            expectations_satisfied=self.expectations.satisfied(meta.get("uid", "")),
             settings=self.settings,
+            held_before=memory.held if memory else frozenset(),
+            pod_missing_since=dict(memory.pod_missing_since) if memory else {},
         )
 
-    async def act(self, pool: KubeObject, p: Plan) -> list[BaseException]:
+    async def adopt(
+        self, pool: KubeObject, orphans: Iterable[Mapping[str, Any]], outcome: Outcome
+    ) -> frozenset[str]:
+        """Make the pool the controller of each vetted orphan (PUT with its resourceVersion).
+        Returns the UIDs whose adoption did not happen: they are not counted this pass."""
         meta = pool["metadata"]
         ns, name = meta["namespace"], meta["name"]
+        skipped: set[str] = set()
+        for sb in orphans:
+            try:
+                adopted = with_controller_reference(
+                    sb, controller_reference(pool, SANDBOX_WARM_POOL)
+                )
+                await self.client.update(SANDBOXES, adopted, ns)
+            except (NotFound, Conflict, AlreadyOwnedError):
+                outcome.conflicts += 1  # gone or changed (another owner?): look again
+            except KubeError as err:
+                outcome.errors.append(err)
+            else:
+                ADOPTIONS.labels(ns, name).inc()
+                continue
+            skipped.add(sb["metadata"]["uid"])
+        return frozenset(skipped)
+
+    async def act(self, pool: KubeObject, p: Plan, outcome: Outcome | None = None) -> Outcome:
+        """Stale deletes, stuck deletes, then creates or excess deletes (adoptions come first,
+        in :meth:`adopt`). Every delete carries the UID and resourceVersion we decided on."""
+        outcome = outcome if outcome is not None else Outcome()
+        meta = pool["metadata"]
+        ns, name, uid = meta["namespace"], meta["name"], meta.get("uid", "")
         key = f"{ns}/{name}"
-        errors: list[BaseException] = []
 
         for reason, group in (("stale", p.delete_stale), ("stuck", p.delete_stuck)):
             for sb in group:
@@ -269,122 +410,160 @@ class WarmPoolReconciler:
                         "deleting sandbox not Ready after the grace period",
                         extra={"pool": key, "sandbox": sb["metadata"]["name"]},
                     )
-                failed = await self._delete(key, sb, reason)
-                if failed is not None:
-                    errors.append(failed)
-
-        owner = controller_reference(pool, SANDBOX_WARM_POOL)
-        for sb in p.adopt:
-            adopted = dict(sb)
-            adopted["metadata"] = {
-                **sb["metadata"],
-                "ownerReferences": [*sb["metadata"].get("ownerReferences", []), owner],
-            }
-            try:
-                await self.client.update(SANDBOXES, adopted, ns)
-                ADOPTIONS.labels(ns, name).inc()
-            except KubeError as err:
-                errors.append(err)
+                await self._delete(pool, sb, reason, outcome)
 
         if p.create and p.blueprint is not None:
-            blueprint = p.blueprint
-            self.expectations.expect_creations(key, p.create)
-
-            async def create(_: int) -> None:
-                await self.client.create(SANDBOXES, blueprint, ns)
-
-            ok, create_error = await slow_start_batch(p.create, 1, create)
-            if ok < p.create:
-                self.expectations.creation_failed(key, p.create - ok)
-            CREATES.labels(ns, name, "success").inc(ok)
-            if create_error is not None:
-                CREATES.labels(ns, name, "error").inc()
-                errors.append(create_error)
+            await self._create(pool, p.create, p.blueprint, outcome)
 
         if p.delete_excess:
             victims = p.delete_excess
-            self.expectations.expect_deletions(key, [v["metadata"]["uid"] for v in victims])
+            self.expectations.expect_deletions(uid, [v["metadata"]["uid"] for v in victims])
             attempted: set[int] = set()
 
             async def delete(i: int) -> None:
                 attempted.add(i)
-                failure = await self._delete(key, victims[i], "excess", record=False)
-                if failure is not None:
-                    raise failure
+                if await self._delete(pool, victims[i], "excess", outcome, record=False) == FAILED:
+                    raise _BatchStop()
 
-            _, delete_error = await slow_start_batch(len(victims), 1, delete)
-            for i, v in enumerate(victims):
-                if i not in attempted:
-                    self.expectations.deletion_failed(key, v["metadata"]["uid"])
-            if delete_error is not None:
-                errors.append(delete_error)
-        return errors
+            try:
+                await slow_start_batch(len(victims), 1, delete, stop=self.stopping)
+            finally:  # also on cancellation: what was never sent will never be observed
+                for i, v in enumerate(victims):
+                    if i not in attempted:
+                        self.expectations.deletion_failed(uid, v["metadata"]["uid"])
+        return outcome
+
+    async def _create(
+        self, pool: KubeObject, count: int, blueprint: Mapping[str, Any], outcome: Outcome
+    ) -> None:
+        meta = pool["metadata"]
+        ns, name, uid = meta["namespace"], meta["name"], meta.get("uid", "")
+        self.expectations.expect_creations(uid, count)
+        ok = 0
+
+        async def create(_: int) -> None:
+            nonlocal ok
+            try:
+                await self.client.create(SANDBOXES, blueprint, ns)
+            except Exception:
+                CREATES.labels(ns, name, "error").inc()
+                raise
+            ok += 1
+            CREATES.labels(ns, name, "success").inc()
+
+        error: BaseException | None = None
+        try:
+            _, error = await slow_start_batch(count, 1, create, stop=self.stopping)
+        finally:  # failed, never sent, or cancelled: those creates will never be observed
+            if ok < count:
+                self.expectations.creation_failed(uid, count - ok)
+        if isinstance(error, BatchCancelled):
+            return  # shutting down: the next leader carries on
+        if error is not None:
+            outcome.create_error = error
+            outcome.errors.append(error)
 
     async def _delete(
-        self, key: str, sb: Mapping[str, Any], reason: str, *, record: bool = True
-    ) -> BaseException | None:
+        self,
+        pool: KubeObject,
+        sb: Mapping[str, Any],
+        reason: str,
+        outcome: Outcome,
+        *,
+        record: bool = True,
+    ) -> str:
+        """Delete one sandbox if it is still exactly the object we decided on.
+
+        Only the pool's own sandboxes raise expectations (an orphan's deletion is not counted,
+        so nothing needs to wait for it)."""
         meta = sb["metadata"]
-        ns, pool = key.split("/", 1)
-        if record:
-            self.expectations.expect_deletions(key, [meta["uid"]])
-        self._deleting[meta["uid"]] = key
+        pmeta = pool["metadata"]
+        ns, name, pool_uid = pmeta["namespace"], pmeta["name"], pmeta.get("uid", "")
+        ref = controller_of(sb)
+        mine = ref is not None and ref.get("uid") == pool_uid
+        if record and mine:
+            self.expectations.expect_deletions(pool_uid, [meta["uid"]])
         try:
             await self.client.delete(
                 SANDBOXES,
                 meta["name"],
                 meta["namespace"],
                 uid=meta["uid"],
+                resource_version=meta.get("resourceVersion"),
                 propagation_policy="Background",
             )
         except NotFound:
-            self._deleting.pop(meta["uid"], None)
-            self.expectations.deletion_observed(key, meta["uid"])
-            return None
+            self.expectations.deletion_observed(pool_uid, meta["uid"])
+            return GONE
+        except Conflict:
+            # changed since we looked (adopted by a claim, a status write) or replaced: not an
+            # error, look again
+            self.expectations.deletion_failed(pool_uid, meta["uid"])
+            outcome.conflicts += 1
+            log.debug(
+                "sandbox changed before its delete; looking again",
+                extra={"pool": f"{ns}/{name}", "sandbox": meta["name"], "reason": reason},
+            )
+            return CONFLICT
         except KubeError as err:
-            self._deleting.pop(meta["uid"], None)
-            self.expectations.deletion_failed(key, meta["uid"])
-            return err
-        DELETES.labels(ns, pool, reason).inc()
-        return None
+            self.expectations.deletion_failed(pool_uid, meta["uid"])
+            outcome.errors.append(err)
+            return FAILED
+        except asyncio.CancelledError:
+            self.expectations.deletion_failed(pool_uid, meta["uid"])
+            raise
+        DELETES.labels(ns, name, reason).inc()
+        return DELETED
 
     async def write_status(
-        self, pool: KubeObject, p: Plan, errors: Iterable[BaseException]
+        self,
+        pool: KubeObject,
+        p: Plan,
+        create_error: BaseException | None = None,
+        memory: PoolMemory | None = None,
     ) -> None:
-        """Write status when it changed (including counts going back to 0), raise events."""
+        """Write status when it changed (including counts going back to 0); then, once it is
+        written, announce a transition with an event (once, however often the pass repeats)."""
         meta = pool["metadata"]
         ns, name = meta["namespace"], meta["name"]
         status = p.status
-        create_errors = [e for e in errors if isinstance(e, ApiError)]
-        if p.create and create_errors:
-            status = _with_create_failure(status, create_errors[0])
+        if create_error is not None:
+            status = _with_create_failure(status, create_error)
         old = pool.get("status") or {}
         DESIRED.labels(ns, name).set(int((pool.get("spec") or {}).get("replicas") or 0))
         CURRENT.labels(ns, name).set(status["replicas"])
         READY.labels(ns, name).set(status["readyReplicas"])
-        event = transition_event(old, status)
+        if not all(old.get(k) == v for k, v in status.items()):
+            body = {
+                "apiVersion": SANDBOX_WARM_POOL.api_version,
+                "kind": SANDBOX_WARM_POOL.kind,
+                "metadata": {"name": name, "namespace": ns},
+                "status": status,
+            }
+            await self.client.apply(
+                SANDBOX_WARM_POOLS,
+                body,
+                field_manager=FIELD_MANAGER,
+                force=True,
+                namespace=ns,
+                subresource="status",
+            )
+        reported = memory.reported if memory else not_progressing_reason(old)
+        event = transition_event(reported, status)
+        if memory is not None:
+            memory.reported = not_progressing_reason(status)
         if event is not None and self.recorder is not None:
             kind, reason, note = event
-            self.recorder.event(pool, kind, reason, note, action="Reconcile")
-        if all(old.get(k) == v for k, v in status.items()):
-            return
-        body = {
-            "apiVersion": SANDBOX_WARM_POOL.api_version,
-            "kind": SANDBOX_WARM_POOL.kind,
-            "metadata": {"name": name, "namespace": ns},
-            "status": status,
-        }
-        await self.client.apply(
-            SANDBOX_WARM_POOLS,
-            body,
-            field_manager=FIELD_MANAGER,
-            force=True,
-            namespace=ns,
-            subresource="status",
-        )
+            self.recorder.event(pool, kind, reason, note, action="Reconciling")
 
 
-def _with_create_failure(status: Mapping[str, Any], err: ApiError) -> dict[str, Any]:
+class _BatchStop(Exception):
+    """Ends a slow-start batch after a failed delete (the error is already in the outcome)."""
+
+
+def _with_create_failure(status: Mapping[str, Any], err: BaseException) -> dict[str, Any]:
     out = dict(status)
+    message = err.message if isinstance(err, ApiError) and err.message else str(err)
     conditions = []
     for cond in status.get("conditions", []):
         if cond.get("type") == "Ready":
@@ -392,7 +571,7 @@ def _with_create_failure(status: Mapping[str, Any], err: ApiError) -> dict[str, 
                 **cond,
                 "status": "False",
                 "reason": REASON_CREATE_FAILED,
-                "message": f"creating sandboxes failed: {err.message or err}",
+                "message": f"creating sandboxes failed: {message}",
             }
         conditions.append(cond)
     out["conditions"] = conditions
@@ -414,7 +593,7 @@ def setup(mgr: Manager, settings: Settings, workers: int = 1) -> Controller:
         mgr.event_recorder("warmpool-controller"),
         settings,
     )
-    return (
+    controller = (
         ControllerBuilder(mgr)
         .named(CONTROLLER_NAME)
         .for_(SANDBOX_WARM_POOLS)
@@ -423,6 +602,8 @@ def setup(mgr: Manager, settings: Settings, workers: int = 1) -> Controller:
         .workers(workers)
         .complete(reconciler)
     )
+    reconciler.stopping = controller.stopping  # slow-start batches end between batches
+    return controller
 
 
 __all__ = ["EVENT_NOT_PROGRESSING", "WarmPoolReconciler", "setup"]

@@ -6,10 +6,18 @@ sandboxes stuck not Ready past the grace period, compute status from what remain
 delete the difference, capped by the batch size. Later upstream fixes (§9) and our own:
 
 - expectations: no creates or excess deletes while earlier writes are not yet visible in the cache;
-  creates count terminating sandboxes too, so the pool never exceeds ``spec.replicas``;
-- a missing template: orphans are neither adopted nor counted (the seed adopted them unvetted);
+  creates count the pool's own terminating sandboxes too, so the pool never exceeds
+  ``spec.replicas``; when that holds creates back, the pool is looked at again shortly;
+- a missing template (or one whose hash cannot be computed): orphans are neither adopted nor
+  counted (the seed adopted them unvetted);
+- an orphan is never adopted in the pass that deletes it (stale or stuck);
 - sandboxes that cannot get a pod (unschedulable, pod creation rejected) are held, not churned;
+  once unblocked, a held sandbox gets a fresh grace period from its pod's start;
 - a ``Ready`` condition, ``observedGeneration``, and events on transitions.
+
+What the reconciler remembers between passes (sandboxes it held, when it first saw a sandbox
+report a pod its cache lacks, orphans whose adoption failed) comes in through the snapshot and
+goes out through the plan, so this module stays free of state.
 """
 
 from __future__ import annotations
@@ -47,6 +55,18 @@ REASON_WAITING = "WaitingForCache"
 EVENT_NOT_PROGRESSING = "WarmPoolNotProgressing"
 EVENT_PROGRESSING = "WarmPoolProgressing"
 
+# Ready reasons under which the pool cannot progress on its own (a Warning event on entry).
+NOT_PROGRESSING_REASONS = frozenset(
+    {REASON_TEMPLATE_NOT_FOUND, REASON_TEMPLATE_ERROR, REASON_BLOCKED, REASON_CREATE_FAILED}
+)
+
+# How long a not-Ready sandbox that reports a pod our pod cache has not seen is given for the
+# cache to catch up; after that the seed's stuck rule applies to it as to any other.
+POD_CACHE_WAIT = 10.0
+# When creates are held back by the pool's own sandboxes still terminating, look again this soon
+# (their deletion events re-queue the pool too; this is the safety net).
+HELD_BACK_RECHECK = 5.0
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -67,6 +87,12 @@ class Snapshot:
     pods: Mapping[str, Obj] = field(default_factory=dict)
     expectations_satisfied: bool = True
     settings: Settings = Settings()
+    # UIDs of sandboxes an earlier pass held as blocked (only they get a fresh grace period)
+    held_before: frozenset[str] = frozenset()
+    # sandbox UID -> when a pass first saw it report a pod the pod cache lacks
+    pod_missing_since: Mapping[str, float] = field(default_factory=dict)
+    # orphans to leave alone this pass (their adoption just failed): neither adopted nor counted
+    skip: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -83,6 +109,12 @@ class Plan:
     active: int = 0
     ready: int = 0
     strategy: str = ON_REPLENISH
+    # creates this pass would have made but did not, because pool sandboxes are still terminating
+    held_back: int = 0
+    # to remember for the next pass (see Snapshot)
+    held_uids: frozenset[str] = frozenset()
+    pod_missing_since: dict[str, float] = field(default_factory=dict)
+    template_error: str | None = None
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -193,9 +225,11 @@ def _created_at(sb: Obj) -> float | None:
 
 
 def progress_started(sb: Obj, pod: Obj | None) -> float | None:
-    """When the sandbox last got a chance to become Ready: the latest of its creation, its pod's
-    creation and the pod's scheduling. A sandbox held back by a quota or a full cluster gets a
-    fresh grace period once it is unblocked, instead of being replaced at once as "stuck"."""
+    """When a sandbox that was held as blocked last got a chance to become Ready: the latest of
+    its creation, its pod's creation and the pod's scheduling. Only for held sandboxes: one held
+    back by a quota or a full cluster gets a fresh grace period once it is unblocked, instead of
+    being replaced at once as "stuck". Every other sandbox is timed from its own creation (the
+    seed's rule), so a pod that keeps being recreated cannot keep its sandbox alive forever."""
     start = _created_at(sb)
     if start is None or pod is None:
         return start
@@ -215,74 +249,100 @@ def _deletion_order(sandboxes: Sequence[Obj]) -> list[Obj]:
 
 
 # ---------------------------------------------------------------------------------- decide
+def _uid(sb: Obj) -> str:
+    return str(sb.get("metadata", {}).get("uid", ""))
+
+
 def plan(snap: Snapshot) -> Plan:
     pool = snap.pool
     meta = pool["metadata"]
     settings = snap.settings
     out = Plan(strategy=update_strategy(pool))
+    out.template_error = snap.template_error
     template = snap.template if snap.template_error is None else None
     pod_hash = ""
     if template is not None:
         try:
             pod_hash = pod_template_hash(template.get("spec", {}).get("podTemplate", {}))
-        except (GoJSONError, TypeError, ValueError):
-            pod_hash = ""
+        except (GoJSONError, TypeError, ValueError) as err:
+            # the seed's template error: no creates, no staleness checks, reported
+            out.template_error = f"cannot hash the pod template: {err}"
+            template = None
 
     vetted: dict[str, bool] = {}
     active: list[Obj] = []
-    terminating = 0
+    orphans: set[str] = set()
+    terminating = 0  # the pool's own sandboxes on their way out
+    own_deletes = 0  # the pool's own sandboxes this pass deletes as stale or stuck
     for sb in snap.sandboxes:
-        if sb.get("metadata", {}).get("deletionTimestamp"):
-            terminating += 1
-            continue
         ref = controller_of(sb)
-        orphan = ref is None
         mine = ref is not None and ref.get("uid") == meta["uid"]
+        if sb.get("metadata", {}).get("deletionTimestamp"):
+            terminating += mine
+            continue
+        orphan = ref is None
         if not orphan and not mine:
             continue  # foreign controller: not ours to count or touch
-        if orphan and template is None:
-            continue  # deviation: never adopt what we cannot vet
+        if orphan and (template is None or _uid(sb) in snap.skip):
+            continue  # deviation: never adopt what we cannot vet; a failed adoption is not counted
         if (
             template is not None
             and (out.strategy == RECREATE or orphan)
             and is_sandbox_stale(sb, template, pod_hash, vetted, orphan=orphan)
         ):
             out.delete_stale.append(sb)
+            own_deletes += mine
             continue
         if orphan:
-            out.adopt.append(sb)
+            orphans.add(_uid(sb))
         active.append(sb)
 
     # stuck sandboxes: replace after the grace period, unless replacing cannot help
     kept: list[Obj] = []
+    held: set[str] = set()
     next_deadline: float | None = None
+
+    def wake_at(t: float) -> None:
+        nonlocal next_deadline
+        next_deadline = t if next_deadline is None else min(next_deadline, t)
+
     for sb in active:
         if is_sandbox_ready(sb):
             kept.append(sb)
             continue
+        uid = _uid(sb)
         pod = snap.pods.get(sb["metadata"]["name"])
         if pod is None and (sb.get("status") or {}).get("replicas"):
-            # the Sandbox reports a pod our pod cache has not seen yet: look again shortly
-            next_deadline = snap.now if next_deadline is None else min(next_deadline, snap.now)
-            kept.append(sb)
-            continue
-        created = progress_started(sb, pod)
+            # the Sandbox reports a pod our pod cache has not seen: give the cache a moment
+            since = snap.pod_missing_since.get(uid, snap.now)
+            out.pod_missing_since[uid] = since
+            if snap.now - since < POD_CACHE_WAIT:
+                wake_at(since + POD_CACHE_WAIT)
+                kept.append(sb)
+                continue
+        was_held = uid in snap.held_before
+        created = progress_started(sb, pod) if was_held else _created_at(sb)
         if created is None:
             kept.append(sb)
             continue
-        age = snap.now - created
-        if age > settings.readiness_grace_period:
+        if snap.now - created > settings.readiness_grace_period:
             reason = blocked_reason(sb, pod)
             if reason is not None:
                 out.held.append((sb, reason))
+                held.add(uid)
                 kept.append(sb)
                 continue
             out.delete_stuck.append(sb)
+            own_deletes += uid not in orphans
             continue
-        deadline = created + settings.readiness_grace_period
-        next_deadline = deadline if next_deadline is None else min(next_deadline, deadline)
+        if was_held:
+            held.add(uid)  # unblocked but not Ready yet: keep its fresh grace period
+        wake_at(created + settings.readiness_grace_period)
         kept.append(sb)
     active = kept
+    out.held_uids = frozenset(held)
+    # adopt only what this pass keeps (never an orphan it is about to delete)
+    out.adopt = [sb for sb in active if _uid(sb) in orphans]
 
     desired = int(pool.get("spec", {}).get("replicas", 0) or 0)
     current = len(active)
@@ -290,11 +350,12 @@ def plan(snap: Snapshot) -> Plan:
     out.active, out.ready = current, ready
 
     if snap.expectations_satisfied:
-        in_flight = terminating + len(out.delete_stale) + len(out.delete_stuck)
         if current < desired and template is not None:
-            # never exceed spec.replicas while old objects are still on their way out
-            room = desired - current - in_flight
+            # never exceed spec.replicas while our old objects are still on their way out
+            wanted = min(desired - current, settings.max_batch_size)
+            room = desired - current - terminating - own_deletes
             out.create = max(0, min(room, settings.max_batch_size))
+            out.held_back = wanted - out.create
             if out.create:
                 out.blueprint = build_blueprint(pool, template, pod_hash)
         elif current > desired:
@@ -307,6 +368,8 @@ def plan(snap: Snapshot) -> Plan:
         requeues.append(max(next_deadline - snap.now, 0.0) + 1.0)
     if out.held:
         requeues.append(settings.unschedulable_recheck_interval)
+    if out.held_back:
+        requeues.append(HELD_BACK_RECHECK)
     out.requeue_after = min(requeues) if requeues else None
     return out
 
@@ -316,11 +379,11 @@ def _status(snap: Snapshot, out: Plan, desired: int, pod_hash: str) -> dict[str,
     old = pool.get("status") or {}
     conditions = copy.deepcopy(old.get("conditions") or [])
     generation = pool.get("metadata", {}).get("generation")
-    if snap.template_error == "NotFound":
+    if out.template_error == "NotFound":
         ref = pool["spec"]["sandboxTemplateRef"]["name"]
         cond = ("False", REASON_TEMPLATE_NOT_FOUND, f'SandboxTemplate "{ref}" not found')
-    elif snap.template_error is not None:
-        cond = ("False", REASON_TEMPLATE_ERROR, snap.template_error)
+    elif out.template_error is not None:
+        cond = ("False", REASON_TEMPLATE_ERROR, out.template_error)
     elif out.held:
         sb, why = out.held[0]
         cond = (
@@ -357,14 +420,23 @@ def _status(snap: Snapshot, out: Plan, desired: int, pod_hash: str) -> dict[str,
     return status
 
 
-def transition_event(old_status: Obj, new_status: Obj) -> tuple[str, str, str] | None:
-    """(type, reason, note) when the pool starts or stops being able to progress."""
-    stuck = (REASON_TEMPLATE_NOT_FOUND, REASON_TEMPLATE_ERROR, REASON_BLOCKED, REASON_CREATE_FAILED)
-    old = find_condition(old_status.get("conditions"), "Ready") or {}
-    new = find_condition(new_status.get("conditions"), "Ready") or {}
-    was, now = old.get("reason") in stuck, new.get("reason") in stuck
-    if now and (not was or old.get("reason") != new.get("reason")):
-        return ("Warning", EVENT_NOT_PROGRESSING, str(new.get("message", "")))
-    if was and not now:
-        return ("Normal", EVENT_PROGRESSING, str(new.get("message", "")))
+def not_progressing_reason(status: Obj) -> str | None:
+    """The Ready reason of a pool status when the pool cannot progress on its own, else None."""
+    reason = (find_condition(status.get("conditions"), "Ready") or {}).get("reason")
+    return str(reason) if reason in NOT_PROGRESSING_REASONS else None
+
+
+def transition_event(reported: str | None, new_status: Obj) -> tuple[str, str, str] | None:
+    """(type, reason, note) when the pool starts or stops being able to progress.
+
+    ``reported`` is the not-progressing reason last announced for this pool (None: it was
+    progressing). A Warning goes out on entering a not-progressing reason or changing to another
+    one; a Normal event when the pool can progress again.
+    """
+    now = not_progressing_reason(new_status)
+    message = str((find_condition(new_status.get("conditions"), "Ready") or {}).get("message", ""))
+    if now is not None and now != reported:
+        return ("Warning", EVENT_NOT_PROGRESSING, message)
+    if reported is not None and now is None:
+        return ("Normal", EVENT_PROGRESSING, message)
     return None

@@ -524,6 +524,9 @@ class Controller:
         self._tasks: list[asyncio.Task[None]] = []
         self._failures: dict[Request, _Failure] = {}
         self._started = False
+        # set while the controller stops: a reconcile may end long-running work between steps
+        # (e.g. between two slow-start batches) instead of being cancelled in the middle
+        self.stopping = asyncio.Event()
         self._m_total = {
             result: metrics.RECONCILE_TOTAL.labels(name, result)
             for result in ("success", "error", "requeue", "requeue_after")
@@ -608,6 +611,7 @@ class Controller:
         if self._queue.shutting_down:
             self._queue = self._new_queue()
         self._started = True
+        self.stopping.clear()
         for watch in self._watches:
             self._attach(watch)
         await asyncio.gather(*(w.source.wait_synced() for w in self._watches))
@@ -623,6 +627,7 @@ class Controller:
         if not self._started:
             return
         self._started = False
+        self.stopping.set()
         for watch in self._watches:
             if watch.registration is not None:
                 watch.source.remove_handler(watch.registration)
