@@ -66,3 +66,15 @@ def test_leader_election_outside_a_cluster_needs_a_namespace(tmp_path: Path) -> 
         leader_election_namespace(opts)
     values, _ = build_flagset().parse(["--leader-election-namespace=system"])
     assert leader_election_namespace(Options.from_values(values, set())) == "system"
+
+
+def test_non_positive_unschedulable_recheck_interval_ends_start_up_with_one_line() -> None:
+    """Warm-pool review #18: upstream HEAD rejects it; 0 would never re-check a held pool."""
+    proc, took = run("--sandbox-warm-pool-unschedulable-recheck-interval=0", "--leader-elect=false")
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert (
+        "--sandbox-warm-pool-unschedulable-recheck-interval must be a positive duration" in lines[0]
+    )
+    assert took < 10

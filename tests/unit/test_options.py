@@ -10,6 +10,7 @@ import pytest
 
 from agentsandbox.cli import logsetup
 from agentsandbox.cli.options import Options, build_flagset, given_flags
+from agentsandbox.kube.ratelimit import TokenBucket
 
 
 @pytest.fixture(autouse=True)
@@ -26,18 +27,77 @@ def options(*argv: str) -> Options:
     return Options.from_values(values, given_flags(list(argv)))
 
 
-def test_defaults_are_upstreams() -> None:
+# Every upstream flag (spec core 3.1, upstream 35b9757f): name -> (type, default). Go's zap
+# flags are flag.Value types with string syntax and no default (production zap); here strings.
+UPSTREAM_FLAGS: dict[str, tuple[str, object]] = {
+    "version": ("bool", False),
+    "cluster-domain": ("string", "cluster.local"),
+    "metrics-bind-address": ("string", ":8080"),
+    "health-probe-bind-address": ("string", ":8081"),
+    "leader-elect": ("bool", True),
+    "leader-election-namespace": ("string", ""),
+    "extensions": ("bool", False),
+    "enable-tracing": ("bool", False),
+    "enable-pprof": ("bool", False),
+    "enable-pprof-debug": ("bool", False),
+    "pprof-block-profile-rate": ("int", 1_000_000),
+    "pprof-mutex-profile-fraction": ("int", 10),
+    "kube-api-qps": ("float", -1.0),
+    "kube-api-burst": ("int", 10),
+    "sandbox-concurrent-workers": ("int", 1),
+    "sandbox-claim-concurrent-workers": ("int", 1),
+    "sandbox-warm-pool-concurrent-workers": ("int", 1),
+    "sandbox-template-concurrent-workers": ("int", 1),
+    "sandbox-warm-pool-max-batch-size": ("int", 300),
+    "zap-devel": ("bool", False),
+    "zap-encoder": ("string", ""),
+    "zap-log-level": ("string", ""),
+    "zap-stacktrace-level": ("string", ""),
+    "zap-time-encoding": ("string", ""),
+    "kubeconfig": ("string", ""),
+}
+# Upstream HEAD (after 35b9757f) warm-pool flags this CLI already accepts: durations, seconds.
+HEAD_EXTRA_FLAGS: dict[str, tuple[str, object]] = {
+    "sandbox-warm-pool-readiness-grace-period": ("duration", 300.0),  # 5m
+    "sandbox-warm-pool-unschedulable-recheck-interval": ("duration", 60.0),  # 1m
+}
+
+
+def test_every_flag_has_upstreams_name_type_and_default() -> None:
+    """One table of all 25 upstream flags plus the HEAD extras; no flag more, none less."""
+    expected = UPSTREAM_FLAGS | HEAD_EXTRA_FLAGS
+    assert len(UPSTREAM_FLAGS) == 25
+    flagset = build_flagset()
+    assert set(flagset.flags) == set(expected)
+    actual = {name: (f.kind, f.default) for name, f in flagset.flags.items()}
+    for name, (kind, default) in expected.items():
+        assert actual[name] == (kind, default), name
+        assert type(actual[name][1]) is type(default), name  # -1.0 not -1, 10 not 10.0
+    values, rest = flagset.parse([])
+    assert values == {name: default for name, (_, default) in expected.items()} and rest == []
+
+
+def test_options_carry_the_defaults() -> None:
     o = options()
-    assert o.metrics_bind_address == ":8080"
-    assert o.health_probe_bind_address == ":8081"
-    assert o.leader_elect is True
-    assert o.extensions is False
-    assert o.kube_api_qps == -1.0 and o.kube_api_burst == 10
-    assert o.sandbox_warm_pool_max_batch_size == 300
-    assert o.sandbox_warm_pool_concurrent_workers == 1
-    assert o.sandbox_warm_pool_readiness_grace_period == 300.0
-    assert o.cluster_domain == "cluster.local"
-    assert o.errors() == []
+    fields = {
+        name: getattr(o, name.replace("-", "_"))
+        for name in UPSTREAM_FLAGS | HEAD_EXTRA_FLAGS
+        if hasattr(o, name.replace("-", "_"))
+    }
+    # Every flag but --version (handled before Options), pprof (not applicable) and
+    # zap-stacktrace-level (parsed, not used) reaches Options unchanged.
+    assert set(UPSTREAM_FLAGS | HEAD_EXTRA_FLAGS) - set(fields) == {
+        "version",
+        "enable-pprof",
+        "enable-pprof-debug",
+        "pprof-block-profile-rate",
+        "pprof-mutex-profile-fraction",
+        "zap-stacktrace-level",
+    }
+    for name, value in fields.items():
+        assert value == (UPSTREAM_FLAGS | HEAD_EXTRA_FLAGS)[name][1], name
+    assert o.not_applicable == ()
+    assert o.errors() == [] and o.warnings() == []
 
 
 def test_an_upstream_deployments_args_parse_unchanged() -> None:
@@ -76,6 +136,31 @@ def test_non_positive_workers_batch_or_burst_are_rejected_at_start_up(flag: str)
     errors = options(flag).errors()
     assert len(errors) == 1
     assert flag.split("=")[0] in errors[0] and "must be greater than 0" in errors[0]
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--sandbox-warm-pool-unschedulable-recheck-interval=0",
+        "--sandbox-warm-pool-unschedulable-recheck-interval=-1m",
+        "--sandbox-warm-pool-readiness-grace-period=0s",
+    ],
+)
+def test_non_positive_warm_pool_durations_are_rejected_at_start_up(flag: str) -> None:
+    """As upstream HEAD: 0 would leave a held pool never re-checked (warm-pool review #18)."""
+    errors = options(flag).errors()
+    assert errors == [f"{flag.split('=')[0]} must be a positive duration"]
+
+
+def test_kube_api_qps_zero_or_negative_means_no_limiter_as_the_spec_says() -> None:
+    """Spec core 3.1: <= 0 means no client-side limiter, and upstream warns about workers over
+    burst only when qps > 0. (Upstream's client-go reads 0 as its default 5 QPS, review F12;
+    kept as the spec says until the spec changes, documented in ``--help``.)"""
+    for flag in ("--kube-api-qps=0", "--kube-api-qps=-1"):
+        o = options(flag, "--kube-api-burst=1", "--sandbox-concurrent-workers=5")
+        assert o.errors() == []
+        assert not any("exceed --kube-api-burst" in w for w in o.warnings()), flag
+        assert TokenBucket(o.kube_api_qps, o.kube_api_burst).enabled is False, flag
 
 
 def test_template_workers_are_not_validated_as_upstream() -> None:

@@ -27,10 +27,15 @@ def build_flagset() -> FlagSet:
     fs.add_bool("version", False, "Print the version information and exit")
     fs.add_string("cluster-domain", "cluster.local", "Kubernetes cluster domain for service FQDNs")
     fs.add_string(
-        "metrics-bind-address", ":8080", "The address the metric endpoint binds to (0 disables)"
+        "metrics-bind-address",
+        ":8080",
+        'The address the metric endpoint binds to; ":port" is every interface, IPv4 and IPv6. '
+        '"0" or "" disables it (controller-runtime serves "" on :8080)',
     )
     fs.add_string(
-        "health-probe-bind-address", ":8081", "The address the probe endpoint binds to (0 disables)"
+        "health-probe-bind-address",
+        ":8081",
+        'The address the probe endpoint binds to; "0" or "" disables it',
     )
     fs.add_bool("leader-elect", True, "Enable leader election for the controller manager")
     fs.add_string(
@@ -46,7 +51,12 @@ def build_flagset() -> FlagSet:
     fs.add_bool("enable-pprof-debug", False, "Go pprof debug endpoints (not applicable)")
     fs.add_int("pprof-block-profile-rate", 1_000_000, "Go block profile rate (not applicable)")
     fs.add_int("pprof-mutex-profile-fraction", 10, "Go mutex profile fraction (not applicable)")
-    fs.add_float("kube-api-qps", -1.0, "Client QPS to the API server; <= 0 disables the limiter")
+    fs.add_float(
+        "kube-api-qps",
+        -1.0,
+        "Client QPS to the API server; <= 0 disables the limiter (upstream's client-go reads 0 "
+        "as its default, 5 QPS)",
+    )
     fs.add_int("kube-api-burst", 10, "Client burst to the API server; must be > 0")
     fs.add_int("sandbox-concurrent-workers", 1, "Concurrent Sandbox reconciles; must be > 0")
     fs.add_int("sandbox-claim-concurrent-workers", 1, "Concurrent SandboxClaim reconciles; > 0")
@@ -145,8 +155,18 @@ class Options:
         ):
             if value <= 0:
                 out.append(f"--{flag} must be greater than 0, got {value}")
-        if self.sandbox_warm_pool_readiness_grace_period <= 0:
-            out.append("--sandbox-warm-pool-readiness-grace-period must be a positive duration")
+        for flag, seconds in (
+            (
+                "sandbox-warm-pool-readiness-grace-period",
+                self.sandbox_warm_pool_readiness_grace_period,
+            ),
+            (
+                "sandbox-warm-pool-unschedulable-recheck-interval",
+                self.sandbox_warm_pool_unschedulable_recheck_interval,
+            ),
+        ):
+            if seconds <= 0:
+                out.append(f"--{flag} must be a positive duration")
         if self.zap_encoder not in ("", "json", "console"):
             out.append(f'--zap-encoder must be "json" or "console", got "{self.zap_encoder}"')
         return out
