@@ -98,6 +98,13 @@ def test_terminal_errors_and_timeouts_exist_at_zero_per_controller() -> None:
     assert labels["controller_runtime_reconcile_timeouts"] == {"controller"}
 
 
+def test_no_created_series_go_does_not_export() -> None:
+    metrics.RECONCILE_TOTAL.labels("created-test", "success").inc()
+    metrics.RECONCILE_TIME.labels("created-test").observe(0.1)
+    text = generate_latest(metrics.REGISTRY).decode()
+    assert "_created" not in text
+
+
 def test_process_metrics_are_exported_with_gos_names() -> None:
     names = set(family_labels())
     for name in (

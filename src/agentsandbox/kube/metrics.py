@@ -15,9 +15,14 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
 )
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+
+# Go's client exports no ``<name>_created`` series; prometheus_client adds one gauge family per
+# counter and histogram unless told not to (process-wide).
+disable_created_metrics()
 
 
 def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
