@@ -840,6 +840,28 @@ def test_service_unowned_headless_with_opt_in_is_adopted() -> None:
     assert EVENT_ADOPTED in event_reasons(p)
 
 
+def test_service_adoption_relaxes_the_apiservers_dual_stack_default_of_a_selectorless_one() -> None:
+    """A selector-less headless Service is defaulted to RequireDualStack with both families;
+    adding a selector to it is rejected on a single-stack cluster unless that is relaxed."""
+    orphan = service_obj(owner=None, labels={keys.LABEL_ADOPTABLE: "true"}, selector={})
+    orphan["spec"].update(ipFamilyPolicy="RequireDualStack", ipFamilies=["IPv4", "IPv6"])
+    p = _svc(True, orphan)
+    assert p.service is not None and p.service.body is not None
+    assert p.service.body["spec"] == {
+        "selector": {keys.LABEL_SANDBOX_NAME_HASH: HASH},
+        "ipFamilyPolicy": "PreferDualStack",
+        "ipFamilies": None,
+    }
+
+
+def test_service_adoption_leaves_an_explicit_ip_family_policy_alone() -> None:
+    orphan = service_obj(owner=None, labels={keys.LABEL_ADOPTABLE: "true"}, selector={"a": "b"})
+    orphan["spec"].update(ipFamilyPolicy="RequireDualStack", ipFamilies=["IPv4", "IPv6"])
+    p = _svc(True, orphan)
+    assert p.service is not None and p.service.body is not None
+    assert set(p.service.body["spec"]) == {"selector"}
+
+
 def test_service_unowned_with_a_cluster_ip_cannot_be_adopted() -> None:
     orphan = service_obj(owner=None, labels={keys.LABEL_ADOPTABLE: "true"}, cluster_ip="10.96.0.5")
     p = _svc(True, orphan)

@@ -118,6 +118,9 @@ IMMEDIATE_REQUEUE: Final = 0.001
 MIN_EXPIRY_REQUEUE: Final = 2.0
 DEFAULT_CLUSTER_DOMAIN: Final = "cluster.local"
 
+IP_FAMILY_REQUIRE_DUAL_STACK: Final = "RequireDualStack"
+IP_FAMILY_PREFER_DUAL_STACK: Final = "PreferDualStack"
+
 SHUTDOWN_POLICY_DELETE: Final = "Delete"
 SHUTDOWN_POLICY_RETAIN: Final = "Retain"
 
@@ -683,6 +686,14 @@ def _service_sync(
     if dict(selector) != want_selector:
         patch["spec"] = {"selector": _map_diff(selector, want_selector)}
         result.setdefault("spec", {})["selector"] = want_selector
+        if not selector and _spec(svc).get("ipFamilyPolicy") == IP_FAMILY_REQUIRE_DUAL_STACK:
+            # The apiserver defaults a selector-less headless Service to RequireDualStack with
+            # both families, whatever the cluster; with a selector that is invalid on a
+            # single-stack cluster. PreferDualStack with the families re-defaulted is valid
+            # on both kinds of cluster (and still dual-stack where the cluster is).
+            patch["spec"].update(ipFamilyPolicy=IP_FAMILY_PREFER_DUAL_STACK, ipFamilies=None)
+            result["spec"]["ipFamilyPolicy"] = IP_FAMILY_PREFER_DUAL_STACK
+            result["spec"].pop("ipFamilies", None)
     event = None
     if adopt_from is not None:
         adopted = with_controller_reference(svc, controller_reference(adopt_from, SANDBOX))
