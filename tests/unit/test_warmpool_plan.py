@@ -19,9 +19,9 @@ from agentsandbox.api.hashing import name_hash, pod_template_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_WARM_POOL
 from agentsandbox.controllers.warmpool_plan import (
     EVENT_NOT_PROGRESSING,
+    EVENT_PROGRESSING,
     HELD_BACK_RECHECK,
     POD_CACHE_WAIT,
-    EVENT_PROGRESSING,
     REASON_BLOCKED,
     REASON_READY,
     REASON_TEMPLATE_ERROR,
