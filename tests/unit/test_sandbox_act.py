@@ -558,6 +558,23 @@ async def test_expiry_with_retain_and_a_failing_pod_delete_writes_no_status() ->
     assert r.recorder.reasons() == ["ReconcilerError"]
 
 
+async def test_a_failed_expiry_cleanup_is_retried_within_the_minimum_expiry_requeue() -> None:
+    r = rig(expired("Retain"), running_pod())
+    r.client.fail[("delete", POD, "my-sandbox")] = boom()
+    assert retry_within(await r.fails()) == 2.0
+    r = rig(expired("Delete"))
+    r.client.fail[("delete", SANDBOX_KIND, "my-sandbox")] = boom()
+    assert retry_within(await r.fails()) == 2.0
+
+
+async def test_a_failed_expiry_mark_is_retried_within_the_minimum_expiry_requeue() -> None:
+    r = rig(sandbox(shutdown=NOW - timedelta(minutes=1)), running_pod())
+    r.client.fail[("patch", STATUS, "my-sandbox")] = boom()
+    err = await r.fails()
+    assert err.errors == ["status update failed: etcdserver: request timed out"]
+    assert retry_within(err) == 2.0
+
+
 async def test_expiry_with_delete_deletes_the_sandbox_with_a_uid_precondition() -> None:
     r = rig(expired("Delete"), running_pod(), service=service_obj())
     r.client.fail[("delete", SVC, "my-sandbox")] = boom()

@@ -51,6 +51,7 @@ from agentsandbox.kube.store import KubeObject
 
 from .sandbox_plan import (
     DEFAULT_CLUSTER_DOMAIN,
+    MIN_EXPIRY_REQUEUE,
     Action,
     ChildStep,
     Event,
@@ -194,7 +195,14 @@ class SandboxReconciler:
         decision = plan(snap)
         if decision.phase is Phase.MARK_EXPIRED:
             self._record(sandbox, decision.events)
-            await self._write_status(sandbox, decision.status or {})
+            try:
+                await self._write_status(sandbox, decision.status or {})
+            except KubeError as err:  # the expiry is due: retry it soon, whatever the backoff
+                raise SandboxReconcileError(
+                    f"{req.namespace}/{req.name}",
+                    [f"status update failed: {_message(err)}"],
+                    retry_within=MIN_EXPIRY_REQUEUE,
+                ) from err
             return Result(requeue_after=decision.requeue_after)
         if decision.phase is Phase.EXPIRED:
             assert decision.expiry is not None
@@ -348,7 +356,8 @@ class SandboxReconciler:
         self, snap: Snapshot, expiry: ExpiryPlan, status: Mapping[str, Any] | None
     ) -> None:
         """The second expiry pass: delete the owned pod and Service, then the Sandbox (Delete)
-        or reset its status (Retain)."""
+        or reset its status (Retain). A failure is retried within ``MIN_EXPIRY_REQUEUE``
+        however long the backoff has grown: the expiry is due and not done yet."""
         sandbox = snap.sandbox
         meta = sandbox["metadata"]
         ns = meta["namespace"]
@@ -367,11 +376,15 @@ class SandboxReconciler:
             except KubeError as err:
                 errors.append(f"failed to delete the expired sandbox: {_message(err)}")
                 self._record(sandbox, error_events([(e, False) for e in errors]))
-                raise SandboxReconcileError(f"{ns}/{meta['name']}", errors) from err
+                raise SandboxReconcileError(
+                    f"{ns}/{meta['name']}", errors, retry_within=MIN_EXPIRY_REQUEUE
+                ) from err
             return
         if errors:
             self._record(sandbox, error_events([(e, False) for e in errors]))
-            raise SandboxReconcileError(f"{ns}/{meta['name']}", errors)
+            raise SandboxReconcileError(
+                f"{ns}/{meta['name']}", errors, retry_within=MIN_EXPIRY_REQUEUE
+            )
         await self._write_status(sandbox, status or {})
 
     async def _write_status(self, sandbox: Mapping[str, Any], status: Mapping[str, Any]) -> None:
