@@ -22,7 +22,7 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 
 # Go's client exports no ``<name>_created`` series; prometheus_client adds one gauge family per
 # counter and histogram unless told not to (process-wide).
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
