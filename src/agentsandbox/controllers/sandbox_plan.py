@@ -18,7 +18,10 @@ Deliberate differences from upstream 35b9757f (see ``docs/sandbox-controller.md`
 - with ``spec.service`` unset a Service owned by someone else is ignored, not an error forever;
 - no pod is created while a PVC it would mount is someone else's (owned by another controller,
   or its adoption refused): upstream creates it and so mounts a volume it refused to adopt;
-- a terminating pod is reported but not written to.
+- a terminating pod is reported but not written to;
+- adopting a selector-less headless Service also relaxes the apiserver's ``RequireDualStack``
+  default to ``PreferDualStack`` (upstream's adoption is rejected on single-stack clusters);
+- new conditions are inserted Suspended, Finished, Ready (as upstream; listed for the record).
 """
 
 from __future__ import annotations
