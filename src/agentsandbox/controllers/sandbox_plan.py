@@ -20,8 +20,7 @@ Deliberate differences from upstream 35b9757f (see ``docs/sandbox-controller.md`
   or its adoption refused): upstream creates it and so mounts a volume it refused to adopt;
 - a terminating pod is reported but not written to;
 - adopting a selector-less headless Service also relaxes the apiserver's ``RequireDualStack``
-  default to ``PreferDualStack`` (upstream's adoption is rejected on single-stack clusters);
-- new conditions are inserted Suspended, Finished, Ready (as upstream; listed for the record).
+  default to ``PreferDualStack`` (upstream's adoption is rejected on single-stack clusters).
 """
 
 from __future__ import annotations
