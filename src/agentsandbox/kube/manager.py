@@ -388,10 +388,10 @@ class Manager:
             return
         if self._metrics_bind is not None:
             self.metrics_address = await self._serve(self._metrics_bind, routes_metrics)
-            log.info("serving metrics on %s:%d", *self.metrics_address)
+            log.info("serving metrics on %s", _host_port(self.metrics_address))
         if self._probe_bind is not None:
             self.health_probe_address = await self._serve(self._probe_bind, routes_probes)
-            log.info("serving health probes on %s:%d", *self.health_probe_address)
+            log.info("serving health probes on %s", _host_port(self.health_probe_address))
 
     async def _serve(
         self, bind: tuple[str | None, int], routes: list[web.RouteDef]
@@ -420,6 +420,11 @@ class Manager:
 
     async def _readyz_handler(self, request: web.Request) -> web.Response:
         return _check_response(self._readyz, request, extra_ok=not self._stopping)
+
+
+def _host_port(address: tuple[str, int]) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def listen_all_interfaces(port: int) -> socket.socket:
