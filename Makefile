@@ -5,8 +5,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONTROLPLANE := hack/controlplane/build.sh
+# The released PyPI clients, each in its own hash-locked venv (tests/integration/test_released_clients.py).
+SDK046_VENV := .venv-sdk046
+SDK108_VENV := .venv-sdk108
+SDK046_STAMP := $(SDK046_VENV)/.installed
+SDK108_STAMP := $(SDK108_VENV)/.installed
+SDK_STAMPS := $(SDK046_STAMP) $(SDK108_STAMP)
 
-.PHONY: help venv controlplane cluster cluster-down test test-unit test-integration test-slow demo bench lint fmt clean
+.PHONY: help venv sdk-venvs controlplane cluster cluster-down test test-unit test-integration test-slow demo bench lint fmt clean
 
 help:
 	@echo "make demo          set everything up, start the local control plane and show the controller at work"
@@ -23,6 +29,18 @@ $(STAMP): pyproject.toml requirements-dev.lock
 
 venv: $(STAMP)
 
+$(SDK046_STAMP): clients/requirements-sdk046.lock
+	@test -x $(SDK046_VENV)/bin/python || $(PYTHON) -m venv $(SDK046_VENV)
+	$(SDK046_VENV)/bin/python -m pip install -q --require-hashes --no-deps -r clients/requirements-sdk046.lock
+	@touch $@
+
+$(SDK108_STAMP): clients/requirements-sdk108.lock
+	@test -x $(SDK108_VENV)/bin/python || $(PYTHON) -m venv $(SDK108_VENV)
+	$(SDK108_VENV)/bin/python -m pip install -q --require-hashes --no-deps -r clients/requirements-sdk108.lock
+	@touch $@
+
+sdk-venvs: $(SDK_STAMPS)
+
 controlplane:
 	@$(CONTROLPLANE) >/dev/null
 
@@ -32,13 +50,13 @@ cluster: venv controlplane
 cluster-down: venv
 	$(PY) -m agentsandbox.cli.devcluster down
 
-test: venv controlplane
+test: venv sdk-venvs controlplane
 	$(PY) -m pytest tests/unit tests/integration -m "not slow"
 
 test-unit: venv
 	$(PY) -m pytest tests/unit
 
-test-integration: venv controlplane
+test-integration: venv sdk-venvs controlplane
 	$(PY) -m pytest tests/integration -m "not slow"
 
 test-slow: venv controlplane
@@ -60,4 +78,4 @@ fmt: venv
 	$(VENV)/bin/ruff check --fix src tests
 
 clean: cluster-down
-	rm -rf $(VENV) .cluster
+	rm -rf $(VENV) $(SDK046_VENV) $(SDK108_VENV) .cluster
