@@ -456,23 +456,47 @@ def conditions() -> Schema:
     return {"type": "array", "items": item, "description": "Current state (Ready, ...)."}
 
 
-def template_ref() -> Schema:
+def _named_ref(field: str, target: str, description: str) -> Schema:
+    """``{name}`` pointing at an object of kind ``target`` in the same namespace."""
     name = string(
         "",
         **{
             "x-kubernetes-validations": [
-                rule(
-                    "size(self) > 0",
-                    "sandboxTemplateRef.name must name a SandboxTemplate in the same namespace",
-                )
+                rule("size(self) > 0", f"{field}.name must name a {target} in the same namespace")
             ]
         },
     )
-    return obj(
-        {"name": name},
+    return obj({"name": name}, description, required=["name"])
+
+
+def template_ref() -> Schema:
+    return _named_ref(
+        "sandboxTemplateRef",
+        "SandboxTemplate",
         "The SandboxTemplate (same namespace) to build sandboxes from.",
-        required=["name"],
     )
+
+
+def warm_pool_ref() -> Schema:
+    return _named_ref(
+        "warmPoolRef",
+        "SandboxWarmPool",
+        "The SandboxWarmPool (same namespace) to adopt from; its template builds one if none is "
+        "ready.",
+    )
+
+
+#: The claim spec is the union of both client generations (0.4.6: sandboxTemplateRef + warmpool;
+#: 1.0.8: warmPoolRef); exactly one reference says which one a claim uses.
+CLAIM_ONE_REF = rule(
+    "has(self.sandboxTemplateRef) != has(self.warmPoolRef)",
+    "exactly one of spec.sandboxTemplateRef and spec.warmPoolRef must be set",
+)
+CLAIM_WARMPOOL_WITH_TEMPLATE = rule(
+    "!has(self.warmpool) || has(self.sandboxTemplateRef)",
+    "spec.warmpool is only allowed with spec.sandboxTemplateRef; with spec.warmPoolRef the "
+    "pool is already chosen",
+)
 
 
 class Schemas:
@@ -609,10 +633,12 @@ class Schemas:
         spec = obj(
             {
                 "sandboxTemplateRef": template_ref(),
+                "warmPoolRef": warm_pool_ref(),
+                # No CRD default: absent means "default" (the controller's reading), and a
+                # default would put warmpool beside a warmPoolRef, which the spec rule forbids.
                 "warmpool": string(
-                    'Warm pool policy: "none", "default" (any pool of the template) or a pool '
-                    "name.",
-                    default="default",
+                    'Only with sandboxTemplateRef: "none", "default" (absent: any pool of the '
+                    "template) or a pool name.",
                     maxLength=253,
                     **{
                         "x-kubernetes-validations": [
@@ -651,9 +677,10 @@ class Schemas:
                     "description": "Environment variables to inject (see the template's "
                     "envVarsInjectionPolicy).",
                 },
+                "volumeClaimTemplates": self.volume_claim_templates(),
             },
-            "Desired state of the SandboxClaim.",
-            required=["sandboxTemplateRef"],
+            "Desired state of the SandboxClaim: sandboxTemplateRef (+ warmpool) or warmPoolRef.",
+            rules=[CLAIM_ONE_REF, CLAIM_WARMPOOL_WITH_TEMPLATE],
         )
         status = obj(
             {
@@ -835,18 +862,20 @@ def build(schemas: Mapping[str, Any]) -> dict[str, Schema]:
             kind="SandboxClaim",
             plural="sandboxclaims",
             short_names=["sandboxclaim"],
-            description="A SandboxClaim asks for a Sandbox built from a template, taken from a "
-            "warm pool when one is ready.",
+            description="A SandboxClaim asks for a Sandbox from a template or a warm pool, taken "
+            "from a warm pool when one is ready.",
             spec=claim_spec,
             status=claim_status,
             scale=False,
             columns=[
-                column("Sandbox", "string", ".status.sandbox.name"),
+                # Upstream's columns (#984), in upstream's order; the rest only with -o wide.
                 column("Ready", "string", READY_STATUS),
+                column("Sandbox", "string", ".status.sandbox.name"),
                 column("Reason", "string", READY_REASON),
                 AGE,
                 column("Template", "string", ".spec.sandboxTemplateRef.name", priority=1),
-                column("Warm Pool", "string", ".spec.warmpool", priority=1),
+                column("Warm Pool", "string", ".spec.warmPoolRef.name", priority=1),
+                column("Warm Pool Policy", "string", ".spec.warmpool", priority=1),
             ],
         ),
         f"{ext}_sandboxwarmpools.yaml": crd(

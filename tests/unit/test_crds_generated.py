@@ -178,7 +178,7 @@ def test_names_scope_and_subresources(name: str) -> None:
     [
         ("sandboxes.agents.x-k8s.io", ["Ready", "Reason", "Replicas", "Age"]),
         ("sandboxwarmpools.extensions.agents.x-k8s.io", ["Desired", "Ready", "Template", "Age"]),
-        ("sandboxclaims.extensions.agents.x-k8s.io", ["Sandbox", "Ready", "Age"]),
+        ("sandboxclaims.extensions.agents.x-k8s.io", ["Ready", "Sandbox", "Reason", "Age"]),
         ("sandboxtemplates.extensions.agents.x-k8s.io", ["Age"]),
     ],
 )
@@ -268,9 +268,12 @@ def test_validation_rules_where_expected() -> None:
         ".spec.volumeClaimTemplates[]",
     }
     assert set(_rules("sandboxclaims.extensions.agents.x-k8s.io")) == {
+        ".spec",
         ".spec.sandboxTemplateRef.name",
+        ".spec.warmPoolRef.name",
         ".spec.warmpool",
         ".spec.env[]",
+        ".spec.volumeClaimTemplates[]",
     }
     assert set(_rules("sandboxwarmpools.extensions.agents.x-k8s.io")) == {
         ".spec.sandboxTemplateRef.name"
