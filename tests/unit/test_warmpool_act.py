@@ -42,7 +42,8 @@ from agentsandbox.kube.errors import (
     NotFound,
 )
 from agentsandbox.kube.resources import Resource
-from agentsandbox.kube.store import Store
+
+from .fakes import FakeInformer, FakeRecorder
 
 NS = "default"
 NOW = 1_800_000_000.0
@@ -56,51 +57,6 @@ def iso(ts: float) -> str:
 
 
 # ------------------------------------------------------------------------------------ fakes
-class FakeInformer:
-    """A cache with the informer's read, index and handler contract; tests push events."""
-
-    def __init__(self) -> None:
-        self.store = Store()
-        self.handlers: list[tuple[Any, Any, Any]] = []
-
-    def add_index(self, name: str, fn: Any) -> None:
-        self.store.add_index(name, fn)
-
-    def by_index(self, index: str, value: str) -> list[dict[str, Any]]:
-        return self.store.by_index(index, value)
-
-    def get(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        return self.store.get_by_key(f"{namespace}/{name}" if namespace else name)
-
-    def add_handler(self, on_add: Any = None, on_update: Any = None, on_delete: Any = None) -> Any:
-        registration = (on_add, on_update, on_delete)
-        self.handlers.append(registration)
-        for obj in self.store.list():
-            if on_add is not None:
-                on_add(obj)
-        return registration
-
-    def remove_handler(self, registration: Any) -> None:
-        self.handlers.remove(registration)
-
-    async def wait_synced(self) -> None:
-        return None
-
-    def put(self, obj: dict[str, Any]) -> None:
-        old = self.store.add(obj)
-        for on_add, on_update, _ in self.handlers:
-            if old is None and on_add is not None:
-                on_add(obj)
-            elif old is not None and on_update is not None:
-                on_update(old, obj)
-
-    def remove(self, obj: dict[str, Any]) -> None:
-        self.store.delete(obj)
-        for _, _, on_delete in self.handlers:
-            if on_delete is not None:
-                on_delete(obj)
-
-
 Failure = BaseException | Callable[[], BaseException | None] | None
 
 
@@ -170,24 +126,6 @@ class FakeClient:
     async def apply(self, resource: Resource, obj: dict[str, Any], **kw: Any) -> dict[str, Any]:
         await self._call("apply", obj["metadata"]["name"], {"status": obj["status"], **kw})
         return dict(obj)
-
-
-class FakeRecorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str, str | None]] = []
-
-    def event(
-        self,
-        regarding: Any,
-        type: str,
-        reason: str,
-        note: str = "",
-        *,
-        action: str | None = None,
-        related: Any = None,
-    ) -> bool:
-        self.events.append((type, reason, note, action))
-        return True
 
 
 class Clock:

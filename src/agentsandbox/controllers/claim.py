@@ -1,0 +1,541 @@
+"""The SandboxClaim controller: observe (caches) -> decide (:mod:`.claim_plan`) -> act.
+
+A claim gets exactly one Sandbox: one it already controls, else a ready sandbox adopted from a
+warm pool, else a cold one built from the template. Then its status names that sandbox, its pod
+IPs, and forwards the sandbox's Ready condition, in one write.
+
+What keeps one sandbox from serving two claims, or one claim from getting two sandboxes:
+
+- the adoption is a single merge patch carrying the sandbox's ``resourceVersion``: the apiserver
+  applies it only to the exact version we vetted, so two claims (two workers, or two controller
+  processes) racing for the same sandbox cannot both win; the loser moves to the next candidate;
+- before adopting or creating, the claim looks for any sandbox it already controls (an informer
+  index on the controller UID), and for what this process or the claim's status says it holds
+  (read from the API when the cache does not show it yet): a pass that crashed after the adoption
+  write, or a cache that lags, never leads to a second adoption;
+- a claim found controlling several sandboxes (only possible with two un-elected controllers)
+  keeps the one its status names and deletes the others with a UID precondition.
+
+Terminal reasons (``TemplateNotFound``, ``WarmPoolNotFound``) are written only after a GET
+against the API (not the cache) answered 404, and only for a claim that has no sandbox yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentsandbox.api.conditions import is_sandbox_ready
+from agentsandbox.api.gojson import GoJSONError
+from agentsandbox.api.hashing import pod_template_hash
+from agentsandbox.api.owners import controller_of
+from agentsandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
+from agentsandbox.kube.client import Client
+from agentsandbox.kube.controller import Controller, ControllerBuilder, Request, Result
+from agentsandbox.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
+from agentsandbox.kube.events import EventRecorder
+from agentsandbox.kube.informer import Informer
+from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.resources import Resource
+from agentsandbox.kube.store import KubeObject, index_by_controller_uid
+
+from .claim_plan import (
+    EVENT_ADOPTED,
+    EVENT_PROVISIONED,
+    POLICY_NONE,
+    REASON_CREATE_PENDING,
+    REASON_RECONCILER_ERROR,
+    REASON_TEMPLATE_NOT_FOUND,
+    REASON_WARM_POOL_NOT_FOUND,
+    ClaimFailure,
+    Source,
+    adoptable,
+    adoption_patch,
+    candidate_problem,
+    claim_source,
+    claim_status,
+    cold_sandbox,
+    forces_cold_start,
+    pick_kept,
+    pool_owner,
+    status_patch,
+    validate_additional_metadata,
+)
+from .warmqueue import WarmQueue
+
+log = logging.getLogger("agentsandbox.claim")
+
+CONTROLLER_NAME = "sandboxclaim"
+OWNER_INDEX = "claim-controller-uid"  # sandboxes by the UID of their controller
+CLAIM_TEMPLATE_INDEX = "claim-template"  # claims by "<ns>/<template>"
+CLAIM_POOL_INDEX = "claim-pool"  # claims by "<ns>/<pool>" (warmPoolRef or a pool policy)
+POOL_TEMPLATE_INDEX = "claim-pool-template"  # pools by "<ns>/<template>"
+
+MISSING_RECHECK = 60.0  # a missing template or pool: look again (its creation re-queues too)
+CREATE_PENDING_RECHECK = 0.2
+CONFLICT_RECHECK = 0.2
+MAX_ADOPTION_ATTEMPTS = 5
+
+
+class RetryLater(KubeError):
+    """A claim that cannot be served yet for a reason already in its status: retry with
+    backoff (one log line, like an API error)."""
+
+
+def _ns_key(obj: KubeObject, value: str | None) -> list[str]:
+    return [f"{obj['metadata'].get('namespace', '')}/{value}"] if value else []
+
+
+def claim_template_index(claim: KubeObject) -> list[str]:
+    return _ns_key(claim, claim_source(claim).template)
+
+
+def claim_pool_index(claim: KubeObject) -> list[str]:
+    return _ns_key(claim, claim_source(claim).pool)
+
+
+def pool_template_index(pool: KubeObject) -> list[str]:
+    return _ns_key(pool, ((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name"))
+
+
+def _controlled_by(sb: KubeObject, uid: str) -> bool:
+    ref = controller_of(sb)
+    return ref is not None and ref.get("uid") == uid
+
+
+def _unbound(claim: KubeObject) -> bool:
+    meta = claim["metadata"]
+    return not meta.get("deletionTimestamp") and not (
+        ((claim.get("status") or {}).get("sandbox") or {}).get("name")
+    )
+
+
+class ClaimReconciler:
+    """Serves each SandboxClaim with exactly one Sandbox, warm when it can."""
+
+    def __init__(
+        self,
+        client: Client,
+        claims: Informer,
+        sandboxes: Informer,
+        pools: Informer,
+        templates: Informer,
+        recorder: EventRecorder | None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.claims = claims
+        self.sandboxes = sandboxes
+        self.pools = pools
+        self.templates = templates
+        self.recorder = recorder
+        self.clock = clock
+        self.queue = WarmQueue()
+        # "<ns>/<claim>" -> (claim UID, sandbox name) this process adopted or created for it,
+        # until the cache shows it: a pass that follows our own write must not miss it
+        self._bound: dict[str, tuple[str, str]] = {}
+        sandboxes.add_index(OWNER_INDEX, index_by_controller_uid)
+        claims.add_index(CLAIM_TEMPLATE_INDEX, claim_template_index)
+        claims.add_index(CLAIM_POOL_INDEX, claim_pool_index)
+        pools.add_index(POOL_TEMPLATE_INDEX, pool_template_index)
+        sandboxes.add_handler(self._track, lambda _, new: self._track(new), self._untrack)
+        pools.add_handler(None, None, self._pool_deleted)
+        templates.add_handler(self._template_added, None, self._template_deleted)
+
+    # ---------------------------------------------------------------- the warm queue
+    def _track(self, sb: KubeObject) -> None:
+        meta = sb["metadata"]
+        pool = pool_owner(sb)
+        if pool is not None and adoptable(sb):
+            self.queue.add((meta.get("namespace", ""), pool), meta["name"])
+        else:
+            self.queue.remove(meta.get("namespace", ""), meta["name"])
+
+    def _untrack(self, sb: KubeObject) -> None:
+        meta = sb["metadata"]
+        self.queue.remove(meta.get("namespace", ""), meta["name"])
+
+    def _pool_deleted(self, pool: KubeObject) -> None:
+        meta = pool["metadata"]
+        self.queue.drop_queue((meta.get("namespace", ""), meta["name"]))
+
+    def _pools_of_template(self, template: KubeObject) -> list[KubeObject]:
+        meta = template["metadata"]
+        return self.pools.by_index(
+            POOL_TEMPLATE_INDEX, f"{meta.get('namespace', '')}/{meta['name']}"
+        )
+
+    def _template_deleted(self, template: KubeObject) -> None:
+        for pool in self._pools_of_template(template):
+            self._pool_deleted(pool)
+
+    def _template_added(self, template: KubeObject) -> None:
+        """A template (re)appeared: queue its pools' adoptable sandboxes again."""
+        names = {p["metadata"]["name"] for p in self._pools_of_template(template)}
+        ns = template["metadata"].get("namespace", "")
+        if not names:
+            return
+        for sb in self.sandboxes.list():
+            if sb["metadata"].get("namespace") == ns and pool_owner(sb) in names:
+                self._track(sb)
+
+    # ---------------------------------------------------------------- mapping
+    def claims_for_pool(self, pool: KubeObject) -> list[Request]:
+        meta = pool["metadata"]
+        key = f"{meta.get('namespace', '')}/{meta['name']}"
+        return [
+            Request.from_object(c)
+            for c in self.claims.by_index(CLAIM_POOL_INDEX, key)
+            if _unbound(c)
+        ]
+
+    def claims_for_template(self, template: KubeObject) -> list[Request]:
+        meta = template["metadata"]
+        ns = meta.get("namespace", "")
+        found = {
+            str(Request.from_object(c)): c
+            for c in self.claims.by_index(CLAIM_TEMPLATE_INDEX, f"{ns}/{meta['name']}")
+        }
+        for pool in self._pools_of_template(template):
+            for c in self.claims.by_index(CLAIM_POOL_INDEX, f"{ns}/{pool['metadata']['name']}"):
+                found[str(Request.from_object(c))] = c
+        return [Request.from_object(c) for c in found.values() if _unbound(c)]
+
+    # ---------------------------------------------------------------- reconcile
+    async def reconcile(self, req: Request) -> Result | None:
+        key = str(req)
+        claim = self.claims.get(req.name, req.namespace)
+        if claim is None:
+            self._bound.pop(key, None)
+            return None
+        if claim["metadata"].get("deletionTimestamp"):
+            return None
+        sandbox: KubeObject | None = None
+        failure: ClaimFailure | None = None
+        error: KubeError | None = None
+        try:
+            sandbox = await self.find_existing(claim)
+            if sandbox is None:
+                sandbox = await self.provide(claim)
+        except ClaimFailure as f:
+            failure = f
+        except KubeError as err:
+            failure, error = ClaimFailure(REASON_RECONCILER_ERROR, str(err), terminal=False), err
+        try:
+            written = await self.write_status(claim, sandbox, failure)
+        except KubeError as err:
+            if error is None:
+                raise
+            raise error from err
+        if error is not None:
+            raise error
+        if failure is not None and failure.reason == REASON_RECONCILER_ERROR:
+            raise RetryLater(failure.message)  # reported; retried with backoff
+        if failure is not None and failure.reason in (
+            REASON_TEMPLATE_NOT_FOUND,
+            REASON_WARM_POOL_NOT_FOUND,
+        ):
+            return Result(requeue_after=MISSING_RECHECK)
+        if failure is not None and failure.reason == REASON_CREATE_PENDING:
+            return Result(requeue_after=CREATE_PENDING_RECHECK)
+        if not written:
+            return Result(requeue_after=CONFLICT_RECHECK)
+        return None
+
+    # ---------------------------------------------------------------- lookup
+    async def find_existing(self, claim: KubeObject) -> KubeObject | None:
+        """The sandbox this claim already controls, if any (spec §5.6 steps 1-3, plus the
+        controller-UID index), settling duplicates."""
+        meta = claim["metadata"]
+        ns, uid, key = meta["namespace"], meta["uid"], f"{meta['namespace']}/{meta['name']}"
+        status_name = ((claim.get("status") or {}).get("sandbox") or {}).get("name") or ""
+        owned = [
+            sb
+            for sb in self.sandboxes.by_index(OWNER_INDEX, uid)
+            if not sb["metadata"].get("deletionTimestamp")
+        ]
+        bound = self._bound.get(key)
+        if bound is not None and (
+            bound[0] != uid or any(sb["metadata"]["name"] == bound[1] for sb in owned)
+        ):
+            self._bound.pop(key, None)  # the cache caught up (or another claim of that name)
+            bound = None
+        if not owned:
+            # the cache may not show our own latest write yet: ask the API
+            for name in dict.fromkeys(n for n in (bound[1] if bound else "", status_name) if n):
+                try:
+                    sb = await self.client.get(SANDBOXES, name, ns)
+                except NotFound:
+                    continue
+                if _controlled_by(sb, uid) and not sb["metadata"].get("deletionTimestamp"):
+                    return sb
+        if len(owned) > 1:
+            return await self._settle_duplicates(claim, owned)
+        if owned:
+            return owned[0]
+        same_name = self.sandboxes.get(meta["name"], ns)
+        if (
+            same_name is not None
+            and not _controlled_by(same_name, uid)
+            and not same_name["metadata"].get("deletionTimestamp")
+            and not adoptable(same_name)
+        ):
+            raise ClaimFailure(
+                REASON_RECONCILER_ERROR,
+                f'sandbox "{meta["name"]}" is not controlled by claim "{meta["name"]}". '
+                "Please use a different claim name or delete the sandbox manually",
+                terminal=False,
+            )
+        return None
+
+    async def _settle_duplicates(
+        self, claim: KubeObject, owned: Sequence[KubeObject]
+    ) -> KubeObject:
+        """Keep one sandbox (the one the claim's current status names, read from the API),
+        delete the others with a UID precondition."""
+        meta = claim["metadata"]
+        fresh = await self.client.get(SANDBOX_CLAIMS, meta["name"], meta["namespace"])
+        name = ((fresh.get("status") or {}).get("sandbox") or {}).get("name") or ""
+        keep = pick_kept(owned, name)
+        for sb in owned:
+            if sb is keep:
+                continue
+            log.warning(
+                "claim controls several sandboxes; deleting the extra one",
+                extra={
+                    "claim": f"{meta['namespace']}/{meta['name']}",
+                    "sandbox": sb["metadata"]["name"],
+                },
+            )
+            with contextlib.suppress(NotFound, Conflict):
+                await self.client.delete(
+                    SANDBOXES,
+                    sb["metadata"]["name"],
+                    meta["namespace"],
+                    uid=sb["metadata"]["uid"],
+                    propagation_policy="Background",
+                )
+        return dict(keep)
+
+    # ---------------------------------------------------------------- provide
+    async def provide(self, claim: KubeObject) -> KubeObject:
+        """Adopt a pool sandbox or create one (spec §5.6 steps 4-6, §5.10, §5.11)."""
+        source = claim_source(claim)
+        problem = validate_additional_metadata(
+            (claim.get("spec") or {}).get("additionalPodMetadata")
+        )
+        if problem is not None:
+            raise ClaimFailure("InvalidMetadata", f"invalid additionalPodMetadata: {problem}")
+        template, pools = await self._resolve(claim, source)
+        if source.policy != POLICY_NONE and forces_cold_start(claim) is None and pools:
+            adopted = await self._adopt(claim, template, pools)
+            if adopted is not None:
+                return adopted
+        return await self._create(claim, template)
+
+    async def _get(
+        self, resource: Resource, informer: Informer, name: str, ns: str
+    ) -> KubeObject | None:
+        """From the cache, else from the API (a cache miss is not a 404 yet)."""
+        cached = informer.get(name, ns)
+        if cached is not None:
+            return cached
+        try:
+            return await self.client.get(resource, name, ns)
+        except NotFound:
+            return None
+
+    async def _resolve(
+        self, claim: KubeObject, source: Source
+    ) -> tuple[KubeObject, list[KubeObject]]:
+        """The template and the pools the claim may draw from."""
+        ns = claim["metadata"]["namespace"]
+        pool: KubeObject | None = None
+        template_name = source.template
+        if source.pool is not None:
+            pool = await self._get(SANDBOX_WARM_POOLS, self.pools, source.pool, ns)
+            if pool is None and source.by_pool_ref:
+                raise ClaimFailure(
+                    REASON_WARM_POOL_NOT_FOUND, f'SandboxWarmPool "{source.pool}" not found'
+                )
+            if source.by_pool_ref and pool is not None:
+                template_name = ((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get(
+                    "name"
+                )
+        template = (
+            await self._get(SANDBOX_TEMPLATES, self.templates, template_name, ns)
+            if template_name
+            else None
+        )
+        if template is None:
+            raise ClaimFailure(
+                REASON_TEMPLATE_NOT_FOUND, f'SandboxTemplate "{template_name or ""}" not found'
+            )
+        if source.policy == POLICY_NONE:
+            return template, []
+        if source.pool is not None:
+            return template, [pool] if pool is not None else []
+        return template, self._pools_of_template(template)
+
+    def _pick(
+        self, ns: str, template: KubeObject, pools: Sequence[KubeObject], pod_hash: str
+    ) -> KubeObject | None:
+        """Take the best candidate off the queues: the oldest Ready one, else the oldest.
+        Synchronous (no await): two workers of this process never take the same sandbox."""
+        fallback: tuple[tuple[str, str], KubeObject] | None = None
+        for pool in pools:
+            qkey = (ns, pool["metadata"]["name"])
+            for name in self.queue.names(qkey):
+                sb = self.sandboxes.get(name, ns)
+                if sb is None or not adoptable(sb):
+                    self.queue.remove(ns, name)
+                    continue
+                problem = candidate_problem(sb, ns, template, pool, pod_hash)
+                if problem is not None:
+                    if problem.startswith("stale"):
+                        self.queue.remove(ns, name)
+                    continue
+                if is_sandbox_ready(sb):
+                    self.queue.take(qkey, name)
+                    return sb
+                if fallback is None:
+                    fallback = (qkey, sb)
+        if fallback is None:
+            return None
+        self.queue.take(fallback[0], fallback[1]["metadata"]["name"])
+        return fallback[1]
+
+    async def _adopt(
+        self, claim: KubeObject, template: KubeObject, pools: Sequence[KubeObject]
+    ) -> KubeObject | None:
+        meta = claim["metadata"]
+        ns = meta["namespace"]
+        try:
+            pod_hash = pod_template_hash((template.get("spec") or {}).get("podTemplate") or {})
+        except (GoJSONError, TypeError, ValueError):
+            pod_hash = ""
+        for _ in range(MAX_ADOPTION_ATTEMPTS):
+            candidate = self._pick(ns, template, pools, pod_hash)
+            if candidate is None:
+                return None
+            name = candidate["metadata"]["name"]
+            try:
+                adopted = await self.client.patch(
+                    SANDBOXES, name, adoption_patch(candidate, claim, template), ns
+                )
+            except (Conflict, NotFound):
+                continue  # changed or gone since we looked (another claim?): next candidate
+            self._bound[f"{ns}/{meta['name']}"] = (meta["uid"], name)
+            if self.recorder is not None:
+                self.recorder.event(
+                    claim,
+                    "Normal",
+                    EVENT_ADOPTED,
+                    f'Adopted warm pool Sandbox "{name}"',
+                    action="Adoption",
+                )
+            return adopted
+        return None
+
+    async def _create(self, claim: KubeObject, template: KubeObject) -> KubeObject:
+        meta = claim["metadata"]
+        ns = meta["namespace"]
+        body = cold_sandbox(claim, template)
+        try:
+            created = await self.client.create(SANDBOXES, body, ns)
+        except AlreadyExists:
+            try:
+                existing = await self.client.get(SANDBOXES, meta["name"], ns)
+            except NotFound:
+                raise ClaimFailure(
+                    REASON_CREATE_PENDING,
+                    f'sandbox "{meta["name"]}" is being replaced; retrying',
+                    terminal=False,
+                ) from None
+            if _controlled_by(existing, meta["uid"]):
+                return existing
+            if existing["metadata"].get("deletionTimestamp"):
+                raise ClaimFailure(
+                    REASON_CREATE_PENDING,
+                    f'sandbox "{meta["name"]}" is still being deleted; retrying',
+                    terminal=False,
+                ) from None
+            raise ClaimFailure(
+                REASON_RECONCILER_ERROR,
+                f'sandbox "{meta["name"]}" is not controlled by claim "{meta["name"]}". '
+                "Please use a different claim name or delete the sandbox manually",
+                terminal=False,
+            ) from None
+        self._bound[f"{ns}/{meta['name']}"] = (meta["uid"], created["metadata"]["name"])
+        if self.recorder is not None:
+            self.recorder.event(
+                claim,
+                "Normal",
+                EVENT_PROVISIONED,
+                f'Created Sandbox "{created["metadata"]["name"]}"',
+                action="Provisioning",
+            )
+        return created
+
+    # ---------------------------------------------------------------- status
+    async def write_status(
+        self, claim: KubeObject, sandbox: KubeObject | None, failure: ClaimFailure | None
+    ) -> bool:
+        """One merge patch of the status, preconditioned on the claim's resourceVersion.
+        False when the claim changed under us (look again shortly)."""
+        old = claim.get("status") or {}
+        new = claim_status(claim, sandbox, failure, self.clock())
+        patch = status_patch(old, new)
+        if patch is None:
+            return True
+        meta = claim["metadata"]
+        body: dict[str, Any] = {
+            "metadata": {"resourceVersion": meta["resourceVersion"]},
+            "status": patch,
+        }
+        try:
+            await self.client.patch(
+                SANDBOX_CLAIMS, meta["name"], body, meta["namespace"], subresource="status"
+            )
+        except NotFound:
+            return True  # the claim is gone
+        except Conflict:
+            return False
+        return True
+
+
+def setup(mgr: Manager, workers: int = 1) -> Controller:
+    """Register the SandboxClaim controller with a manager."""
+    claims = mgr.get_informer(SANDBOX_CLAIMS)
+    sandboxes = mgr.get_informer(SANDBOXES)
+    pools = mgr.get_informer(SANDBOX_WARM_POOLS)
+    templates = mgr.get_informer(SANDBOX_TEMPLATES)
+    reconciler = ClaimReconciler(
+        mgr.client,
+        claims,
+        sandboxes,
+        pools,
+        templates,
+        mgr.event_recorder("sandboxclaim-controller"),
+    )
+    return (
+        ControllerBuilder(mgr)
+        .named(CONTROLLER_NAME)
+        .for_(SANDBOX_CLAIMS)
+        .owns(SANDBOXES)
+        .watches(SANDBOX_WARM_POOLS, reconciler.claims_for_pool)
+        .watches(SANDBOX_TEMPLATES, reconciler.claims_for_template)
+        .workers(workers)
+        .complete(reconciler)
+    )
+
+
+__all__ = ["ClaimReconciler", "setup"]

@@ -1,0 +1,754 @@
+"""The SandboxClaim controller: lookup, adoption, queue and status (spec extensions §5, §8.2, §9),
+through an in-memory API that enforces resourceVersion and UID preconditions like the real one.
+
+Where §9 or the claim issue changes a seed scenario the docstring says so (docs/claims.md keeps
+the table): Ready candidates preferred, orphans never adoptable, cache-lag adoption finished in
+the same pass, forwarded Ready carries the claim's generation, env forces a cold start.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any
+
+import pytest
+
+from agentsandbox.api import keys
+from agentsandbox.api.defaults import apply_sandbox_secure_defaults
+from agentsandbox.api.hashing import name_hash, pod_template_hash
+from agentsandbox.api.kinds import SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
+from agentsandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
+from agentsandbox.controllers.claim import (
+    MISSING_RECHECK,
+    ClaimReconciler,
+    RetryLater,
+)
+from agentsandbox.controllers.warmqueue import WarmQueue
+from agentsandbox.kube.controller import Request, Result
+
+from .fakes import FakeApi, FakeInformer, FakeRecorder
+
+NS = "default"
+_n = itertools.count()
+
+
+# ------------------------------------------------------------------------------------ objects
+def template(name: str = "tpl", image: str = "img", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": SANDBOX_TEMPLATE.api_version,
+        "kind": "SandboxTemplate",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "podTemplate": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {"containers": [{"name": "main", "image": image}]},
+            },
+            **spec,
+        },
+    }
+
+
+def pool(name: str = "pool", tpl: str = "tpl", ns: str = NS, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": SANDBOX_WARM_POOL.api_version,
+        "kind": "SandboxWarmPool",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"replicas": 2, "sandboxTemplateRef": {"name": tpl}, **spec},
+    }
+
+
+def pool_sandbox(
+    p: dict[str, Any],
+    t: dict[str, Any],
+    *,
+    ready: bool = True,
+    owner: str = "pool",
+    image: str | None = None,
+) -> dict[str, Any]:
+    """A sandbox as a warm pool makes it (owner: "pool", "orphan" or "replicaset")."""
+    n = next(_n)
+    ptpl = copy.deepcopy(t["spec"]["podTemplate"])
+    if image is not None:
+        ptpl["spec"]["containers"][0]["image"] = image
+    labels = {
+        keys.LABEL_WARM_POOL_SANDBOX: name_hash(p["metadata"]["name"]),
+        keys.LABEL_SANDBOX_TEMPLATE_REF_HASH: name_hash(t["metadata"]["name"]),
+        keys.LABEL_SANDBOX_POD_TEMPLATE_HASH: pod_template_hash(t["spec"]["podTemplate"]),
+    }
+    meta: dict[str, Any] = {
+        "name": f"{p['metadata']['name']}-{n:05d}",
+        "namespace": p["metadata"]["namespace"],
+        "labels": dict(labels),
+        "annotations": {keys.ANNOTATION_SANDBOX_TEMPLATE_REF: t["metadata"]["name"]},
+        "creationTimestamp": f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}Z",
+    }
+    if owner == "pool":
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": SANDBOX_WARM_POOL.api_version,
+                "kind": "SandboxWarmPool",
+                "name": p["metadata"]["name"],
+                "uid": p["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    elif owner == "replicaset":
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": "rs",
+                "uid": "rs-uid",
+                "controller": True,
+            }
+        ]
+    return {
+        "apiVersion": SANDBOX.api_version,
+        "kind": "Sandbox",
+        "metadata": meta,
+        "spec": {
+            "replicas": 1,
+            "podTemplate": {
+                "metadata": {
+                    "labels": {**(ptpl.get("metadata") or {}).get("labels", {}), **labels}
+                },
+                "spec": apply_sandbox_secure_defaults(t, ptpl["spec"]),
+            },
+        },
+        "status": {
+            "podIPs": [f"10.0.0.{n % 250}"],
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "reason": "DependenciesReady" if ready else "DependenciesNotReady",
+                    "message": "Pod is Ready" if ready else "Pod is not Ready",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    "observedGeneration": 1,
+                }
+            ],
+        },
+    }
+
+
+def claim_v1beta1(name: str = "claim", pool_name: str = "pool", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": SANDBOX_CLAIM.api_version,
+        "kind": "SandboxClaim",
+        "metadata": {"name": name, "namespace": NS, "generation": 3},
+        "spec": {"warmPoolRef": {"name": pool_name}, **spec},
+    }
+
+
+def claim_v1alpha1(
+    name: str = "claim", tpl: str = "tpl", warmpool: str | None = None, **spec: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"sandboxTemplateRef": {"name": tpl}, **spec}
+    if warmpool is not None:
+        body["warmpool"] = warmpool
+    return {
+        "apiVersion": f"{SANDBOX_CLAIM.group}/v1alpha1",
+        "kind": "SandboxClaim",
+        "metadata": {"name": name, "namespace": NS, "generation": 1, "annotations": {}},
+        "spec": body,
+    }
+
+
+# ------------------------------------------------------------------------------------ harness
+PLURALS = {
+    SANDBOX_CLAIMS.plural: "claims",
+    SANDBOXES.plural: "sandboxes",
+    SANDBOX_WARM_POOLS.plural: "pools",
+    SANDBOX_TEMPLATES.plural: "templates",
+}
+
+
+class Harness:
+    """A reconciler over fake informers and a fake API; ``sync`` plays the watches."""
+
+    def __init__(self, api: FakeApi | None = None) -> None:
+        self.api = api or FakeApi()
+        self.claims, self.sandboxes = FakeInformer(), FakeInformer()
+        self.pools, self.templates = FakeInformer(), FakeInformer()
+        self.recorder = FakeRecorder()
+        self.r = ClaimReconciler(
+            self.api,  # type: ignore[arg-type]
+            self.claims,  # type: ignore[arg-type]
+            self.sandboxes,  # type: ignore[arg-type]
+            self.pools,  # type: ignore[arg-type]
+            self.templates,  # type: ignore[arg-type]
+            self.recorder,  # type: ignore[arg-type]
+            clock=lambda: 1_800_000_000.0,
+        )
+
+    def informer(self, plural: str) -> FakeInformer:
+        informer: FakeInformer = getattr(self, PLURALS[plural])
+        return informer
+
+    def add(self, plural: str, obj: dict[str, Any], cache: bool = True) -> dict[str, Any]:
+        stored = self.api.seed(plural, obj)
+        if cache:
+            self.informer(plural).put(stored)
+        return stored
+
+    def sync(self, *plurals: str) -> None:
+        """The caches catch up with the API (watch events for every change)."""
+        for plural in plurals or tuple(PLURALS):
+            informer = self.informer(plural)
+            live = {
+                (o["metadata"]["namespace"], o["metadata"]["name"]): o for o in self.api.all(plural)
+            }
+            for cached in informer.list():
+                if (cached["metadata"]["namespace"], cached["metadata"]["name"]) not in live:
+                    informer.remove(cached)
+            for obj in live.values():
+                cached = informer.get(obj["metadata"]["name"], obj["metadata"]["namespace"])
+                if (
+                    cached is None
+                    or cached["metadata"]["resourceVersion"] != obj["metadata"]["resourceVersion"]
+                ):
+                    informer.put(obj)
+
+    async def reconcile(self, name: str = "claim") -> Result | None:
+        return await self.r.reconcile(Request(NS, name))
+
+    def claim(self, name: str = "claim") -> dict[str, Any]:
+        got = self.api.stored(SANDBOX_CLAIMS.plural, NS, name)
+        assert got is not None
+        return got
+
+    def sandbox(self, name: str) -> dict[str, Any]:
+        got = self.api.stored(SANDBOXES.plural, NS, name)
+        assert got is not None
+        return got
+
+    def owned_by(self, claim: dict[str, Any]) -> list[dict[str, Any]]:
+        uid = claim["metadata"]["uid"]
+        return [
+            sb
+            for sb in self.api.all(SANDBOXES.plural)
+            if any(
+                r.get("uid") == uid and r.get("controller")
+                for r in sb["metadata"].get("ownerReferences", [])
+            )
+        ]
+
+    def ready(self, name: str = "claim") -> dict[str, Any]:
+        conds = (self.claim(name).get("status") or {}).get("conditions") or []
+        return next(c for c in conds if c["type"] == "Ready")
+
+
+def setup_pool(
+    h: Harness, *, members: int = 2, ready: bool = True, name: str = "pool", tpl: str = "tpl"
+) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    t = h.api.stored(SANDBOX_TEMPLATES.plural, NS, tpl) or h.add(
+        SANDBOX_TEMPLATES.plural, template(tpl)
+    )
+    p = h.add(SANDBOX_WARM_POOLS.plural, pool(name, tpl))
+    sbs = [h.add(SANDBOXES.plural, pool_sandbox(p, t, ready=ready)) for _ in range(members)]
+    return t, p, sbs
+
+
+# ------------------------------------------------------------------------------------ warm path
+async def test_warm_claim_adopts_a_pool_sandbox_in_one_sandbox_write_and_one_status_write() -> None:
+    h = Harness()
+    _, _, sbs = setup_pool(h)
+    c = h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    h.api.calls.clear()
+    assert await h.reconcile() is None
+    assert h.api.writes() == [
+        ("patch", "sandboxes", sbs[0]["metadata"]["name"]),
+        ("patch-status", "sandboxclaims", "claim"),
+    ]
+    sb = h.sandbox(sbs[0]["metadata"]["name"])
+    meta = sb["metadata"]
+    assert meta["ownerReferences"] == [
+        {
+            "apiVersion": SANDBOX_CLAIM.api_version,
+            "kind": "SandboxClaim",
+            "name": "claim",
+            "uid": c["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    assert keys.LABEL_WARM_POOL_SANDBOX not in meta["labels"]
+    assert keys.LABEL_SANDBOX_POD_TEMPLATE_HASH not in meta["labels"]
+    assert meta["labels"][keys.LABEL_CLAIM_UID] == c["metadata"]["uid"]
+    assert meta["labels"][keys.LABEL_SANDBOX_TEMPLATE_REF_HASH] == name_hash("tpl")
+    assert meta["annotations"][keys.ANNOTATION_POD_NAME] == meta["name"]
+    assert meta["annotations"][keys.ANNOTATION_SANDBOX_TEMPLATE_REF] == "tpl", "kept"
+    pod_labels = sb["spec"]["podTemplate"]["metadata"]["labels"]
+    assert pod_labels == {
+        "app": "agent",
+        keys.LABEL_CLAIM_UID: c["metadata"]["uid"],
+        keys.LABEL_SANDBOX_TEMPLATE_REF_HASH: name_hash("tpl"),
+    }
+    assert sb["spec"]["podTemplate"]["spec"] == sbs[0]["spec"]["podTemplate"]["spec"]
+    status = h.claim()["status"]
+    assert status["sandbox"] == {"name": meta["name"], "podIPs": sbs[0]["status"]["podIPs"]}
+    ready = h.ready()
+    assert (ready["status"], ready["reason"], ready["observedGeneration"]) == (
+        "True",
+        "DependenciesReady",
+        3,
+    ), "the forwarded Ready carries the claim's generation (upstream #1317)"
+    assert h.recorder.events == [
+        ("Normal", "SandboxAdopted", f'Adopted warm pool Sandbox "{meta["name"]}"', "Adoption")
+    ]
+
+
+async def test_adoption_carries_the_vetted_resource_version_a_lost_race_takes_the_next() -> None:
+    """Seed: the first Sandbox patch returns Conflict ⇒ the second candidate is adopted. Here
+    the Conflict is the apiserver enforcing our resourceVersion precondition."""
+    h = Harness()
+    _, _, sbs = setup_pool(h)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    first = sbs[0]["metadata"]["name"]
+
+    def someone_else_touches_it(verb: str, plural: str, name: str) -> None:
+        if verb == "patch" and name == first:
+            stored = h.api.objects[(plural, NS, name)]
+            stored["metadata"]["resourceVersion"] = "999"  # changed since our cache saw it
+
+    h.api.before = someone_else_touches_it
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == sbs[1]["metadata"]["name"]
+    assert keys.LABEL_CLAIM_UID not in h.sandbox(first)["metadata"]["labels"]
+
+
+async def test_ready_candidates_are_preferred_over_older_not_ready_ones() -> None:
+    """§9 change (upstream #878): the seed adopted in queue order regardless of readiness."""
+    h = Harness()
+    t, p, not_ready = setup_pool(h, members=1, ready=False)
+    ready = h.add(SANDBOXES.plural, pool_sandbox(p, t, ready=True))
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == ready["metadata"]["name"]
+    assert (
+        h.sandbox(not_ready[0]["metadata"]["name"])["metadata"]["ownerReferences"][0]["kind"]
+        == "SandboxWarmPool"
+    )
+
+
+async def test_not_ready_candidate_is_adopted_when_no_ready_one_exists() -> None:
+    h = Harness()
+    _, _, sbs = setup_pool(h, members=2, ready=False)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == sbs[0]["metadata"]["name"]
+    assert h.ready()["reason"] == "DependenciesNotReady"
+
+
+@pytest.mark.parametrize("kind", ["orphan", "replicaset", "deleting"])
+async def test_ineligible_sandboxes_with_pool_labels_are_never_adopted(kind: str) -> None:
+    """Orphans are never adoptable (§9 #875: the seed adopted them); another controller's or a
+    terminating sandbox neither. The claim goes cold."""
+    h = Harness()
+    t = h.add(SANDBOX_TEMPLATES.plural, template())
+    p = h.add(SANDBOX_WARM_POOLS.plural, pool())
+    sb = pool_sandbox(p, t, owner="pool" if kind == "deleting" else kind)
+    if kind == "deleting":
+        sb["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    sb = h.add(SANDBOXES.plural, sb)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == "claim"
+    assert keys.LABEL_CLAIM_UID not in h.sandbox(sb["metadata"]["name"])["metadata"]["labels"]
+
+
+async def test_stale_sandbox_of_a_recreate_pool_is_not_handed_out() -> None:
+    """§9 (upstream #1078): under Recreate a stale sandbox is about to be replaced."""
+    h = Harness()
+    t = h.add(SANDBOX_TEMPLATES.plural, template(image="v2"))
+    p = h.add(SANDBOX_WARM_POOLS.plural, pool(updateStrategy={"type": "Recreate"}))
+    old = h.add(SANDBOXES.plural, pool_sandbox(p, template(image="v1")))
+    fresh = h.add(SANDBOXES.plural, pool_sandbox(p, t))
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == fresh["metadata"]["name"]
+    assert old["metadata"]["name"] not in h.r.queue
+
+
+async def test_queues_are_per_namespace_so_no_cross_namespace_candidate_is_seen() -> None:
+    h = Harness()
+    t = h.add(SANDBOX_TEMPLATES.plural, template())
+    other = h.add(SANDBOX_WARM_POOLS.plural, pool(ns="elsewhere"))
+    foreign = pool_sandbox(other, {**t, "metadata": {**t["metadata"], "namespace": "elsewhere"}})
+    h.add(SANDBOXES.plural, foreign)
+    h.add(SANDBOX_WARM_POOLS.plural, pool())
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == "claim"  # cold: nothing in this namespace
+
+
+async def test_three_claims_two_pool_sandboxes_one_sandbox_each_one_claim_each() -> None:
+    """Upstream TestWarmPoolPodExclusivity."""
+    h = Harness()
+    setup_pool(h, members=2)
+    for name in ("a", "b", "c"):
+        h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(name))
+    for name in ("a", "b", "c"):
+        await h.reconcile(name)
+    owners: dict[str, list[str]] = {}
+    for sb in h.api.all(SANDBOXES.plural):
+        claims = [
+            r["name"]
+            for r in sb["metadata"].get("ownerReferences", [])
+            if r["kind"] == "SandboxClaim"
+        ]
+        assert len(claims) <= 1
+        for c in claims:
+            owners.setdefault(c, []).append(sb["metadata"]["name"])
+    assert sorted(owners) == ["a", "b", "c"] and all(len(v) == 1 for v in owners.values())
+    assert owners["c"] == ["c"], "the third claim went cold"
+
+
+# ------------------------------------------------------------------------------------ policies
+async def test_v1alpha1_default_policy_adopts_from_any_pool_of_the_template() -> None:
+    h = Harness()
+    _, _, sbs = setup_pool(h, name="some-pool")
+    h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1())
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == sbs[0]["metadata"]["name"]
+
+
+async def test_v1alpha1_policy_none_goes_cold_and_leaves_the_pool_alone() -> None:
+    h = Harness()
+    _, _, sbs = setup_pool(h)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(warmpool="none"))
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == "claim"
+    assert all(
+        h.sandbox(s["metadata"]["name"])["metadata"]["ownerReferences"][0]["kind"]
+        == "SandboxWarmPool"
+        for s in sbs
+    )
+
+
+async def test_v1alpha1_named_pool_adopts_from_that_pool_only() -> None:
+    h = Harness()
+    _, _, other = setup_pool(h, name="other-pool")
+    _, _, mine = setup_pool(h, name="test-pool")
+    h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(warmpool="test-pool"))
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == mine[0]["metadata"]["name"]
+    assert (
+        h.sandbox(other[0]["metadata"]["name"])["metadata"]["ownerReferences"][0]["kind"]
+        == "SandboxWarmPool"
+    )
+
+
+async def test_v1alpha1_named_pool_that_does_not_exist_goes_cold() -> None:
+    h = Harness()
+    setup_pool(h)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(warmpool="no-such-pool"))
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == "claim"
+    assert h.ready()["reason"] == "SandboxNotReady"
+
+
+async def test_env_forces_a_cold_start_with_the_variables_injected() -> None:
+    """§9 change (upstream #899): the seed refused env with a warm pool forever."""
+    h = Harness()
+    h.add(SANDBOX_TEMPLATES.plural, template(envVarsInjectionPolicy="Allowed"))
+    p = h.add(SANDBOX_WARM_POOLS.plural, pool())
+    t = h.api.stored(SANDBOX_TEMPLATES.plural, NS, "tpl")
+    assert t is not None
+    h.add(SANDBOXES.plural, pool_sandbox(p, t))
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(env=[{"name": "MODE", "value": "x"}]))
+    await h.reconcile()
+    sb = h.sandbox("claim")
+    assert sb["spec"]["podTemplate"]["spec"]["containers"][0]["env"] == [
+        {"name": "MODE", "value": "x"}
+    ]
+
+
+async def test_env_refused_by_the_template_policy_is_a_terminal_reason_and_no_sandbox() -> None:
+    h = Harness()
+    setup_pool(h)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(env=[{"name": "MODE", "value": "x"}]))
+    assert await h.reconcile() is None
+    assert h.ready()["reason"] == "EnvVarsInjectionRejected"
+    assert h.owned_by(h.claim()) == []
+
+
+# ------------------------------------------------------------------------------------ cold path
+async def test_cold_sandbox_is_named_after_the_claim_secure_and_owned_by_it() -> None:
+    """Upstream TestSandboxClaimReconcile "basic claim" and TestSandboxProvisionEvent."""
+    h = Harness()
+    h.add(SANDBOX_TEMPLATES.plural, template(service={"ports": [{"port": 8888}]}))
+    c = h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(warmpool="none"))
+    await h.reconcile()
+    sb = h.sandbox("claim")
+    spec = sb["spec"]["podTemplate"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["dnsPolicy"] == "None" and spec["dnsConfig"]["nameservers"][0] == "8.8.8.8"
+    assert sb["spec"]["service"] == {"ports": [{"port": 8888}]}
+    assert sb["metadata"]["ownerReferences"][0]["uid"] == c["metadata"]["uid"]
+    assert sb["metadata"]["labels"] == {keys.LABEL_CLAIM_UID: c["metadata"]["uid"]}
+    assert sb["spec"]["podTemplate"]["metadata"]["labels"][
+        keys.LABEL_SANDBOX_TEMPLATE_REF_HASH
+    ] == name_hash("tpl")
+    ready = h.ready()
+    assert (ready["status"], ready["reason"], ready["message"]) == (
+        "False",
+        "SandboxNotReady",
+        "Sandbox is not ready",
+    )
+    assert h.recorder.events[-1][:3] == ("Normal", "SandboxProvisioned", 'Created Sandbox "claim"')
+
+
+async def test_same_name_sandbox_of_someone_else_is_a_reconciler_error() -> None:
+    h = Harness()
+    h.add(SANDBOX_TEMPLATES.plural, template())
+    h.add(SANDBOXES.plural, {"metadata": {"name": "claim", "namespace": NS}, "spec": {}})
+    h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(warmpool="none"))
+    with pytest.raises(RetryLater):
+        await h.reconcile()
+    ready = h.ready()
+    assert ready["reason"] == "ReconcilerError"
+    assert ready["message"] == (
+        'Error seen: sandbox "claim" is not controlled by claim "claim". Please use a different '
+        "claim name or delete the sandbox manually"
+    )
+
+
+# ------------------------------------------------------------------------------------ not found
+async def test_missing_pool_is_warm_pool_not_found_only_after_an_uncached_get() -> None:
+    h = Harness()
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(pool_name="nope"))
+    result = await h.reconcile()
+    assert ("get", "sandboxwarmpools", "nope") in h.api.calls
+    assert result == Result(requeue_after=MISSING_RECHECK)
+    ready = h.ready()
+    assert (ready["reason"], ready["message"]) == (
+        "WarmPoolNotFound",
+        'SandboxWarmPool "nope" not found',
+    )
+    conds = h.claim()["status"]["conditions"]
+    assert [c["type"] for c in conds if "WarmPoolNotFound" in str(c)] == ["Ready"]
+
+
+async def test_pool_and_template_missing_from_the_cache_but_in_the_api_are_used() -> None:
+    """A burst (template, pool, claim with no waits): the cache has not seen them yet, the API
+    has; no terminal reason may be written."""
+    h = Harness()
+    t = h.add(SANDBOX_TEMPLATES.plural, template(), cache=False)
+    h.add(SANDBOX_WARM_POOLS.plural, pool(), cache=False)
+    assert t
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    await h.reconcile()
+    assert h.ready()["reason"] == "SandboxNotReady"
+    assert h.claim()["status"]["sandbox"]["name"] == "claim"
+
+
+async def test_missing_template_is_template_not_found_and_recovers_once_created() -> None:
+    """Upstream TestSandboxClaimRecoveryWhenTemplateCreated."""
+    h = Harness()
+    h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(tpl="test-template", warmpool="none"))
+    assert await h.reconcile() == Result(requeue_after=MISSING_RECHECK)
+    ready = h.ready()
+    assert (ready["reason"], ready["message"]) == (
+        "TemplateNotFound",
+        'SandboxTemplate "test-template" not found',
+    )
+    h.add(SANDBOX_TEMPLATES.plural, template("test-template"))
+    h.sync(SANDBOX_CLAIMS.plural)
+    assert [r.name for r in h.r.claims_for_template(template("test-template"))] == ["claim"]
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == "claim"
+
+
+async def test_a_bound_claim_never_gets_template_not_found() -> None:
+    h = Harness()
+    setup_pool(h)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    await h.reconcile()
+    del h.api.objects[(SANDBOX_TEMPLATES.plural, NS, "tpl")]
+    del h.api.objects[(SANDBOX_WARM_POOLS.plural, NS, "pool")]
+    h.sync()
+    await h.reconcile()
+    assert h.ready()["status"] == "True"
+
+
+# ------------------------------------------------------------------------------------ crash / lag
+async def test_fresh_reconciler_after_a_crash_between_the_two_writes_does_not_adopt_again() -> None:
+    """The pass died after the sandbox write, before the claim status write. A new process
+    (empty queue, no memory, caches listed afresh) finds the sandbox by its controller UID."""
+    h = Harness()
+    _, _, sbs = setup_pool(h)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    h.api.fail[("patch-status", "sandboxclaims")] = [RuntimeError("process killed")]
+    with pytest.raises(RuntimeError):
+        await h.reconcile()
+    adopted = sbs[0]["metadata"]["name"]
+    fresh = Harness(h.api)
+    fresh.sync()
+    fresh.api.calls.clear()
+    await fresh.reconcile()
+    assert fresh.api.writes() == [("patch-status", "sandboxclaims", "claim")]
+    assert fresh.claim()["status"]["sandbox"]["name"] == adopted
+    assert len(fresh.owned_by(fresh.claim())) == 1
+
+
+async def test_cache_lag_after_our_own_adoption_never_leads_to_a_second_one() -> None:
+    """§9 change (upstream #1118): the seed re-patched and failed the pass; here the adoption
+    is finished in the same pass, and the next pass (caches still stale) asks the API."""
+    h = Harness()
+    setup_pool(h, members=3)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    await h.reconcile()
+    for _ in range(2):  # no sync: the sandbox and claim caches still show the old objects
+        await h.reconcile()
+    assert len(h.owned_by(h.claim())) == 1
+    assert sum(1 for v, p, _ in h.api.writes() if (v, p) == ("patch", "sandboxes")) == 1
+
+
+async def test_a_lost_status_write_is_retried_without_adopting_again() -> None:
+    h = Harness()
+    setup_pool(h)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    stored = h.api.objects[(SANDBOX_CLAIMS.plural, NS, "claim")]
+    stored["metadata"]["resourceVersion"] = "changed-by-a-user"  # e.g. a label edit
+    result = await h.reconcile()
+    assert result is not None and result.requeue_after is not None and result.requeue_after < 1
+    h.sync()
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"]
+    assert sum(1 for v, p, _ in h.api.writes() if (v, p) == ("patch", "sandboxes")) == 1
+
+
+async def test_a_claim_controlling_two_sandboxes_keeps_the_one_its_status_names() -> None:
+    """Only possible with two un-elected controllers: the extra one is deleted (UID
+    precondition), the one the claim's status names is kept."""
+    h = Harness()
+    _, _, sbs = setup_pool(h, members=3)
+    c = h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    await h.reconcile()
+    kept = h.claim()["status"]["sandbox"]["name"]
+    other = next(s for s in sbs if s["metadata"]["name"] != kept)
+    stored = h.api.objects[(SANDBOXES.plural, NS, other["metadata"]["name"])]
+    stored["metadata"]["ownerReferences"] = [
+        {**h.sandbox(kept)["metadata"]["ownerReferences"][0], "uid": c["metadata"]["uid"]}
+    ]
+    stored["metadata"]["resourceVersion"] = "5000"
+    h.sync()
+    await h.reconcile()
+    assert [s["metadata"]["name"] for s in h.owned_by(h.claim())] == [kept]
+    assert ("delete", "sandboxes", other["metadata"]["name"]) in h.api.calls
+
+
+# ------------------------------------------------------------------------------------ metadata
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"labels": {"team": "x" * 64}},
+        {"labels": {"team": "invalid@value"}},
+        {"labels": {"kubernetes.io/restricted": "x"}},
+        {"annotations": {"agents.x-k8s.io/anything": "x"}},
+    ],
+)
+async def test_invalid_additional_pod_metadata_is_invalid_metadata_and_no_sandbox(
+    extra: dict[str, Any],
+) -> None:
+    h = Harness()
+    setup_pool(h)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(additionalPodMetadata=extra))
+    assert await h.reconcile() is None
+    assert h.ready()["reason"] == "InvalidMetadata"
+    assert h.owned_by(h.claim()) == []
+
+
+async def test_additional_pod_metadata_reaches_the_adopted_sandboxs_pod_template() -> None:
+    h = Harness()
+    _, _, sbs = setup_pool(h)
+    extra = {"labels": {"team": "a"}, "annotations": {"note": "b"}}
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(additionalPodMetadata=extra))
+    await h.reconcile()
+    meta = h.sandbox(sbs[0]["metadata"]["name"])["spec"]["podTemplate"]["metadata"]
+    assert meta["labels"]["team"] == "a" and meta["annotations"] == {"note": "b"}
+
+
+async def test_additional_label_conflicting_with_the_template_is_invalid_metadata() -> None:
+    h = Harness()
+    setup_pool(h)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(additionalPodMetadata={"labels": {"app": "other"}}))
+    await h.reconcile()
+    ready = h.ready()
+    assert ready["reason"] == "InvalidMetadata" and 'label "app"' in ready["message"]
+
+
+# ------------------------------------------------------------------------------------ queue
+def test_warm_queue_is_fifo_deduplicated_and_removes_from_the_middle() -> None:
+    q = WarmQueue()
+    for name in ("a", "b", "c", "b"):
+        q.add((NS, "p"), name)
+    assert list(q.names((NS, "p"))) == ["a", "b", "c"]
+    q.remove(NS, "b")
+    assert list(q.names((NS, "p"))) == ["a", "c"]
+    assert q.take((NS, "p"), "a") and not q.take((NS, "p"), "a")
+    q.add((NS, "other"), "c")  # a sandbox is in one queue only
+    assert list(q.names((NS, "p"))) == [] and list(q.names((NS, "other"))) == ["c"]
+    q.drop_queue((NS, "other"))
+    assert len(q) == 0 and q.size((NS, "other")) == 0
+
+
+async def test_queue_follows_sandbox_pool_and_template_events() -> None:
+    h = Harness()
+    t, p, sbs = setup_pool(h, members=2)
+    first, second = (s["metadata"]["name"] for s in sbs)
+    assert list(h.r.queue.names((NS, "pool"))) == [first, second]
+    h.sandboxes.remove(sbs[0])  # ghost keys go with their sandbox
+    assert list(h.r.queue.names((NS, "pool"))) == [second]
+    h.templates.remove(t)  # the template's pools' queues are purged ...
+    assert h.r.queue.size((NS, "pool")) == 0
+    h.templates.put(t)  # ... and rebuilt from the cache when it comes back
+    assert list(h.r.queue.names((NS, "pool"))) == [second]
+    h.pools.remove(p)
+    assert h.r.queue.size((NS, "pool")) == 0
+
+
+async def test_a_sandbox_that_stops_being_adoptable_leaves_the_queue() -> None:
+    h = Harness()
+    _, _, sbs = setup_pool(h, members=1)
+    gone = copy.deepcopy(sbs[0])
+    gone["metadata"]["ownerReferences"][0]["uid"] = "someone"
+    gone["metadata"]["ownerReferences"][0]["kind"] = "SandboxClaim"
+    h.sandboxes.put(gone)
+    assert len(h.r.queue) == 0
+
+
+def test_template_and_pool_map_to_their_unbound_claims_only() -> None:
+    """Upstream TestMapTemplateToClaims, plus pools (claims through warmPoolRef)."""
+    h = Harness()
+    h.claims.put({**claim_v1alpha1("a"), "metadata": {"name": "a", "namespace": NS, "uid": "a"}})
+    h.claims.put({**claim_v1beta1("b"), "metadata": {"name": "b", "namespace": NS, "uid": "b"}})
+    bound = claim_v1alpha1("c")
+    bound["metadata"]["uid"] = "c"
+    bound["status"] = {"sandbox": {"name": "x"}}
+    h.claims.put(bound)
+    h.claims.put(
+        {**claim_v1alpha1("d", tpl="other"), "metadata": {"name": "d", "namespace": NS, "uid": "d"}}
+    )
+    h.pools.put({**pool(), "metadata": {"name": "pool", "namespace": NS, "uid": "p"}})
+    assert sorted(r.name for r in h.r.claims_for_template(template())) == ["a", "b"]
+    assert [r.name for r in h.r.claims_for_pool(pool())] == ["b"]
+
+
+async def test_a_deleted_claim_is_forgotten() -> None:
+    h = Harness()
+    setup_pool(h)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    await h.reconcile()
+    assert h.r._bound
+    h.claims.remove(h.claim())
+    assert await h.reconcile() is None
+    assert h.r._bound == {}
