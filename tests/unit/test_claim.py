@@ -263,11 +263,13 @@ async def test_warm_claim_adopts_a_pool_sandbox_in_one_sandbox_write_and_one_sta
     c = h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
     h.api.calls.clear()
     assert await h.reconcile() is None
+    name = h.claim()["status"]["sandbox"]["name"]
+    original = next(s for s in sbs if s["metadata"]["name"] == name)
     assert h.api.writes() == [
-        ("patch", "sandboxes", sbs[0]["metadata"]["name"]),
+        ("patch", "sandboxes", name),
         ("patch-status", "sandboxclaims", "claim"),
     ]
-    sb = h.sandbox(sbs[0]["metadata"]["name"])
+    sb = h.sandbox(name)
     meta = sb["metadata"]
     assert meta["ownerReferences"] == [
         {
@@ -291,9 +293,9 @@ async def test_warm_claim_adopts_a_pool_sandbox_in_one_sandbox_write_and_one_sta
         keys.LABEL_CLAIM_UID: c["metadata"]["uid"],
         keys.LABEL_SANDBOX_TEMPLATE_REF_HASH: name_hash("tpl"),
     }
-    assert sb["spec"]["podTemplate"]["spec"] == sbs[0]["spec"]["podTemplate"]["spec"]
+    assert sb["spec"]["podTemplate"]["spec"] == original["spec"]["podTemplate"]["spec"]
     status = h.claim()["status"]
-    assert status["sandbox"] == {"name": meta["name"], "podIPs": sbs[0]["status"]["podIPs"]}
+    assert status["sandbox"] == {"name": meta["name"], "podIPs": original["status"]["podIPs"]}
     ready = h.ready()
     assert (ready["status"], ready["reason"], ready["observedGeneration"]) == (
         "True",
@@ -311,17 +313,49 @@ async def test_adoption_carries_the_vetted_resource_version_a_lost_race_takes_th
     h = Harness()
     _, _, sbs = setup_pool(h)
     h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
-    first = sbs[0]["metadata"]["name"]
+    touched: list[str] = []
 
     def someone_else_touches_it(verb: str, plural: str, name: str) -> None:
-        if verb == "patch" and name == first:
+        if verb == "patch" and not touched:
+            touched.append(name)
             stored = h.api.objects[(plural, NS, name)]
             stored["metadata"]["resourceVersion"] = "999"  # changed since our cache saw it
 
     h.api.before = someone_else_touches_it
     await h.reconcile()
-    assert h.claim()["status"]["sandbox"]["name"] == sbs[1]["metadata"]["name"]
+    (first,) = touched
+    other = next(s["metadata"]["name"] for s in sbs if s["metadata"]["name"] != first)
+    assert h.claim()["status"]["sandbox"]["name"] == other
     assert keys.LABEL_CLAIM_UID not in h.sandbox(first)["metadata"]["labels"]
+
+
+async def test_a_lost_adoption_race_against_our_own_other_process_keeps_that_adoption() -> None:
+    """Leader election off: another process adopted the same sandbox for the same claim. The
+    409 is recognised (the sandbox is already this claim's), no second sandbox is taken."""
+    h = Harness()
+    setup_pool(h, members=2)
+    c = h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    won: list[str] = []
+
+    def other_process_adopts_it_first(verb: str, plural: str, name: str) -> None:
+        if verb == "patch" and plural == "sandboxes" and not won:
+            won.append(name)
+            stored = h.api.objects[(plural, NS, name)]
+            stored["metadata"]["ownerReferences"] = [
+                {
+                    "apiVersion": SANDBOX_CLAIM.api_version,
+                    "kind": "SandboxClaim",
+                    "name": "claim",
+                    "uid": c["metadata"]["uid"],
+                    "controller": True,
+                }
+            ]
+            stored["metadata"]["resourceVersion"] = "999"
+
+    h.api.before = other_process_adopts_it_first
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == won[0]
+    assert len(h.owned_by(h.claim())) == 1
 
 
 async def test_ready_candidates_are_preferred_over_older_not_ready_ones() -> None:
@@ -417,7 +451,7 @@ async def test_v1alpha1_default_policy_adopts_from_any_pool_of_the_template() ->
     _, _, sbs = setup_pool(h, name="some-pool")
     h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1())
     await h.reconcile()
-    assert h.claim()["status"]["sandbox"]["name"] == sbs[0]["metadata"]["name"]
+    assert h.claim()["status"]["sandbox"]["name"] in {s["metadata"]["name"] for s in sbs}
 
 
 async def test_v1alpha1_policy_none_goes_cold_and_leaves_the_pool_alone() -> None:
@@ -484,14 +518,14 @@ async def test_env_refused_by_the_template_policy_is_a_terminal_reason_and_no_sa
 async def test_cold_sandbox_is_named_after_the_claim_secure_and_owned_by_it() -> None:
     """Upstream TestSandboxClaimReconcile "basic claim" and TestSandboxProvisionEvent."""
     h = Harness()
-    h.add(SANDBOX_TEMPLATES.plural, template(service={"ports": [{"port": 8888}]}))
+    h.add(SANDBOX_TEMPLATES.plural, template(service=True))
     c = h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(warmpool="none"))
     await h.reconcile()
     sb = h.sandbox("claim")
     spec = sb["spec"]["podTemplate"]["spec"]
     assert spec["automountServiceAccountToken"] is False
     assert spec["dnsPolicy"] == "None" and spec["dnsConfig"]["nameservers"][0] == "8.8.8.8"
-    assert sb["spec"]["service"] == {"ports": [{"port": 8888}]}
+    assert sb["spec"]["service"] is True
     assert sb["metadata"]["ownerReferences"][0]["uid"] == c["metadata"]["uid"]
     assert sb["metadata"]["labels"] == {keys.LABEL_CLAIM_UID: c["metadata"]["uid"]}
     assert sb["spec"]["podTemplate"]["metadata"]["labels"][
@@ -589,7 +623,8 @@ async def test_fresh_reconciler_after_a_crash_between_the_two_writes_does_not_ad
     h.api.fail[("patch-status", "sandboxclaims")] = [RuntimeError("process killed")]
     with pytest.raises(RuntimeError):
         await h.reconcile()
-    adopted = sbs[0]["metadata"]["name"]
+    (adopted,) = [s["metadata"]["name"] for s in h.owned_by(h.claim())]
+    assert adopted in {s["metadata"]["name"] for s in sbs}
     fresh = Harness(h.api)
     fresh.sync()
     fresh.api.calls.clear()
@@ -673,7 +708,8 @@ async def test_additional_pod_metadata_reaches_the_adopted_sandboxs_pod_template
     extra = {"labels": {"team": "a"}, "annotations": {"note": "b"}}
     h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(additionalPodMetadata=extra))
     await h.reconcile()
-    meta = h.sandbox(sbs[0]["metadata"]["name"])["spec"]["podTemplate"]["metadata"]
+    assert h.claim()["status"]["sandbox"]["name"] in {s["metadata"]["name"] for s in sbs}
+    meta = h.sandbox(h.claim()["status"]["sandbox"]["name"])["spec"]["podTemplate"]["metadata"]
     assert meta["labels"]["team"] == "a" and meta["annotations"] == {"note": "b"}
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -83,6 +84,7 @@ MISSING_RECHECK = 60.0  # a missing template or pool: look again (its creation r
 CREATE_PENDING_RECHECK = 0.2
 CONFLICT_RECHECK = 0.2
 MAX_ADOPTION_ATTEMPTS = 5
+SPREAD = 32  # Ready candidates among which a claim's UID picks (see ClaimReconciler._pick)
 
 
 class RetryLater(KubeError):
@@ -386,11 +388,23 @@ class ClaimReconciler:
         return template, self._pools_of_template(template)
 
     def _pick(
-        self, ns: str, template: KubeObject, pools: Sequence[KubeObject], pod_hash: str
+        self,
+        claim_uid: str,
+        template: KubeObject,
+        pools: Sequence[KubeObject],
+        pod_hash: str,
+        ns: str,
     ) -> KubeObject | None:
-        """Take the best candidate off the queues: the oldest Ready one, else the oldest.
-        Synchronous (no await): two workers of this process never take the same sandbox."""
+        """Take a candidate off the queues: a Ready one if any, else the oldest not-Ready one.
+
+        Among the oldest Ready candidates the choice is spread by the claim's UID: one process
+        takes them in any order it likes (the take is atomic), but two processes racing (leader
+        election off) then mostly try different sandboxes for different claims, and the same
+        sandbox for the same claim, which the loser recognises as its own. Synchronous (no
+        await): two workers of this process never take the same sandbox.
+        """
         fallback: tuple[tuple[str, str], KubeObject] | None = None
+        ready: list[tuple[tuple[str, str], KubeObject]] = []
         for pool in pools:
             qkey = (ns, pool["metadata"]["name"])
             for name in self.queue.names(qkey):
@@ -404,14 +418,21 @@ class ClaimReconciler:
                         self.queue.remove(ns, name)
                     continue
                 if is_sandbox_ready(sb):
-                    self.queue.take(qkey, name)
-                    return sb
-                if fallback is None:
+                    ready.append((qkey, sb))
+                    if len(ready) >= SPREAD:
+                        break
+                elif fallback is None:
                     fallback = (qkey, sb)
-        if fallback is None:
+            if len(ready) >= SPREAD:
+                break
+        if ready:
+            choice = ready[zlib.crc32(claim_uid.encode()) % len(ready)]
+        elif fallback is not None:
+            choice = fallback
+        else:
             return None
-        self.queue.take(fallback[0], fallback[1]["metadata"]["name"])
-        return fallback[1]
+        self.queue.take(choice[0], choice[1]["metadata"]["name"])
+        return choice[1]
 
     async def _adopt(
         self, claim: KubeObject, template: KubeObject, pools: Sequence[KubeObject]
@@ -423,7 +444,7 @@ class ClaimReconciler:
         except (GoJSONError, TypeError, ValueError):
             pod_hash = ""
         for _ in range(MAX_ADOPTION_ATTEMPTS):
-            candidate = self._pick(ns, template, pools, pod_hash)
+            candidate = self._pick(meta["uid"], template, pools, pod_hash, ns)
             if candidate is None:
                 return None
             name = candidate["metadata"]["name"]
@@ -431,8 +452,15 @@ class ClaimReconciler:
                 adopted = await self.client.patch(
                     SANDBOXES, name, adoption_patch(candidate, claim, template), ns
                 )
-            except (Conflict, NotFound):
-                continue  # changed or gone since we looked (another claim?): next candidate
+            except NotFound:
+                continue  # gone since we looked: next candidate
+            except Conflict:
+                # changed since we looked: another claim took it, or another process of ours
+                # adopted it for this very claim (leader election off)
+                mine = await self._get_if_controlled(name, ns, meta["uid"])
+                if mine is None:
+                    continue
+                adopted = mine
             self._bound[f"{ns}/{meta['name']}"] = (meta["uid"], name)
             if self.recorder is not None:
                 self.recorder.event(
@@ -444,6 +472,13 @@ class ClaimReconciler:
                 )
             return adopted
         return None
+
+    async def _get_if_controlled(self, name: str, ns: str, uid: str) -> KubeObject | None:
+        try:
+            sb = await self.client.get(SANDBOXES, name, ns)
+        except NotFound:
+            return None
+        return sb if _controlled_by(sb, uid) else None
 
     async def _create(self, claim: KubeObject, template: KubeObject) -> KubeObject:
         meta = claim["metadata"]

@@ -1,0 +1,415 @@
+"""The SandboxClaim controller against the real control plane: warm adoption and refill, a burst
+with no waits, 100 claims on a pool of 30 (one process, two racing processes, a kill -9 and a
+restart), and deletion cascading to the sandbox, its pod and its Service.
+
+The invariants checked after every burst: every claim Ready with exactly one sandbox, no
+sandbox controlled by two claims (an object has one controller, so: no claim controlling two),
+every pool sandbox adopted, and the pool back at its size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentsandbox.api import keys
+from agentsandbox.api.kinds import SANDBOX_CLAIM
+from agentsandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
+from agentsandbox.controllers import claim as claim_controller
+from agentsandbox.controllers import sandbox as sandbox_controller
+from agentsandbox.controllers import warmpool
+from agentsandbox.controllers.warmpool_plan import Settings
+from agentsandbox.devcluster import DevCluster
+from agentsandbox.devcluster.cluster import free_port
+from agentsandbox.kube.client import Client
+from agentsandbox.kube.errors import NotFound
+from agentsandbox.kube.informer import Informer
+from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.resources import PODS, SERVICES
+
+from .runtime_helpers import running
+from .test_controller_process import EXE
+from .test_warmpool import (
+    client,  # noqa: F401  (fixture)
+    pool_obj,
+    pool_sandboxes,
+    ready,
+    template_obj,
+    wait_ready_pool,
+)
+
+TERMINAL = {
+    "TemplateNotFound",
+    "WarmPoolNotFound",
+    "InvalidMetadata",
+    "EnvVarsInjectionRejected",
+    "VolumeClaimTemplatesError",
+    "ClaimExpired",
+    "SandboxExpired",
+    "InvalidConfiguration",
+    "PodFailed",
+    "PodSucceeded",
+}
+
+
+@contextlib.asynccontextmanager
+async def controllers(client: Client, claim_workers: int = 16) -> AsyncIterator[Manager]:  # noqa: F811
+    mgr = Manager(client)
+    sandbox_controller.setup(mgr, 8, "cluster.local")
+    warmpool.setup(mgr, Settings(), workers=4)
+    claim_controller.setup(mgr, workers=claim_workers)
+    async with running(mgr):
+        await asyncio.wait_for(mgr.wait_started(), 20)
+        yield mgr
+
+
+@contextlib.contextmanager
+def controller_process(cluster: DevCluster, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """agent-sandbox-controller in its own process, leader election off (so two may race)."""
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [
+                str(EXE),
+                f"--kubeconfig={cluster.kubeconfig}",
+                "--extensions",
+                "--leader-elect=false",
+                "--metrics-bind-address=0",
+                f"--health-probe-bind-address=127.0.0.1:{free_port()}",
+                "--kube-api-qps=1000",
+                "--kube-api-burst=2000",
+                "--sandbox-concurrent-workers=16",
+                "--sandbox-claim-concurrent-workers=16",
+                "--zap-log-level=info",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def claim_obj(
+    name: str, pool: str | None = None, template: str | None = None, **spec: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = dict(spec)
+    if pool is not None:
+        body["warmPoolRef"] = {"name": pool}
+    if template is not None:
+        body["sandboxTemplateRef"] = {"name": template}
+    return {
+        "apiVersion": SANDBOX_CLAIM.api_version,
+        "kind": "SandboxClaim",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def ready_reason(obj: dict[str, Any]) -> tuple[str | None, str | None]:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status"), cond.get("reason")
+    return None, None
+
+
+async def wait_claims_ready(
+    client: Client,  # noqa: F811
+    ns: str,
+    names: set[str],
+    within: float,
+) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + within
+    claims: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        claims = [
+            c
+            for c in (await client.list(SANDBOX_CLAIMS, ns)).items
+            if c["metadata"]["name"] in names
+        ]
+        if len(claims) == len(names) and all(
+            ready_reason(c)[0] == "True" and (c.get("status") or {}).get("sandbox", {}).get("name")
+            for c in claims
+        ):
+            return claims
+        await asyncio.sleep(0.2)
+    not_ready = [
+        (c["metadata"]["name"], ready_reason(c)) for c in claims if ready_reason(c)[0] != "True"
+    ]
+    raise AssertionError(f"{len(not_ready)} claims not Ready within {within}s: {not_ready[:5]}")
+
+
+async def check_invariants(client: Client, ns: str, claims: list[dict[str, Any]]) -> dict[str, str]:  # noqa: F811
+    """Every claim controls exactly one live sandbox, the one its status names; returns
+    claim -> sandbox."""
+    sandboxes = [
+        s
+        for s in (await client.list(SANDBOXES, ns)).items
+        if not s["metadata"].get("deletionTimestamp")
+    ]
+    by_claim: dict[str, list[str]] = {}
+    for sb in sandboxes:
+        refs = [
+            r
+            for r in sb["metadata"].get("ownerReferences") or []
+            if r.get("kind") == "SandboxClaim"
+        ]
+        assert len(refs) <= 1, f"{sb['metadata']['name']} has {len(refs)} claim owners"
+        for ref in refs:
+            by_claim.setdefault(ref["uid"], []).append(sb["metadata"]["name"])
+    out = {}
+    for c in claims:
+        owned = by_claim.get(c["metadata"]["uid"], [])
+        assert owned == [c["status"]["sandbox"]["name"]], (c["metadata"]["name"], owned)
+        out[c["metadata"]["name"]] = owned[0]
+    assert len(set(out.values())) == len(out), "one sandbox serves two claims"
+    return out
+
+
+# ------------------------------------------------------------------------------------ warm path
+@pytest.mark.parametrize("form", ["v1beta1-warmPoolRef", "v1alpha1-sandboxTemplateRef"])
+async def test_warm_claim_is_served_from_the_pool_which_makes_one_replacement(
+    client: Client,  # noqa: F811
+    namespace: str,
+    form: str,
+) -> None:
+    await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 3), namespace)
+    async with controllers(client):
+        members = {
+            s["metadata"]["name"] for s in await wait_ready_pool(client, namespace, "pool", 3)
+        }
+        body = (
+            claim_obj("c", pool="pool")
+            if form.startswith("v1beta1")
+            else claim_obj("c", template="tpl")
+        )
+        resource = SANDBOX_CLAIMS
+        if form.startswith("v1alpha1"):
+            body["apiVersion"] = f"{SANDBOX_CLAIM.group}/v1alpha1"
+            resource = dataclasses.replace(SANDBOX_CLAIMS, version="v1alpha1")
+        t0 = time.monotonic()
+        await client.create(resource, body, namespace)
+        (c,) = await wait_claims_ready(client, namespace, {"c"}, 20)
+        took = time.monotonic() - t0
+        after = await wait_ready_pool(client, namespace, "pool", 3)
+        await asyncio.sleep(1.0)
+        again = {s["metadata"]["name"] for s in await pool_sandboxes(client, namespace, "pool")}
+    name = c["status"]["sandbox"]["name"]
+    assert name in members, "the claim got a sandbox that was a pool member"
+    assert c["status"]["sandbox"]["podIPs"]
+    assert len(members | {s["metadata"]["name"] for s in after} | again) == 4, "one replacement"
+    sb = await client.get(SANDBOXES, name, namespace)
+    assert sb["metadata"]["ownerReferences"][0]["uid"] == c["metadata"]["uid"]
+    assert keys.LABEL_WARM_POOL_SANDBOX not in sb["metadata"]["labels"]
+    pod = await client.get(PODS, name, namespace)
+    assert keys.LABEL_WARM_POOL_SANDBOX not in pod["metadata"]["labels"], "pod relabelled"
+    assert pod["metadata"]["labels"][keys.LABEL_CLAIM_UID] == c["metadata"]["uid"]
+    print(f"\nwarm claim Ready in {took * 1000:.0f} ms ({form})")
+
+
+async def test_burst_of_template_pool_and_20_claims_shows_no_terminal_reason(
+    client: Client,  # noqa: F811
+    namespace: str,
+) -> None:
+    """Created in one burst, no waits: the claims reach the controller before the pool and the
+    template are in its cache. No claim event may ever carry a terminal reason. Then the pool is
+    deleted: the bound claims stay Ready."""
+    seen: list[tuple[str, str | None]] = []
+
+    def on_event(obj: dict[str, Any], *_: Any) -> None:
+        obj = _[-1] if _ else obj
+        _, reason = ready_reason(obj)
+        seen.append((obj["metadata"]["name"], reason))
+        for cond in (obj.get("status") or {}).get("conditions") or []:
+            if cond.get("reason") in TERMINAL:
+                seen.append((obj["metadata"]["name"], f"TERMINAL {cond.get('reason')}"))
+
+    watcher = Informer(client, SANDBOX_CLAIMS, namespace)
+    watcher.add_handler(on_event, on_event)
+    watcher.start()
+    try:
+        await asyncio.wait_for(watcher.wait_synced(), 10)
+        async with controllers(client):
+            await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
+            await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 5), namespace)
+            names = {f"c-{i}" for i in range(20)}
+            await asyncio.gather(
+                *(
+                    client.create(SANDBOX_CLAIMS, claim_obj(n, pool="pool"), namespace)
+                    for n in names
+                )
+            )
+            claims = await wait_claims_ready(client, namespace, names, 60)
+            await check_invariants(client, namespace, claims)
+            await client.delete(SANDBOX_WARM_POOLS, "pool", namespace)
+            await asyncio.sleep(3.0)
+            claims = await wait_claims_ready(client, namespace, names, 5)
+            await check_invariants(client, namespace, claims)
+    finally:
+        await watcher.stop()
+    terminal = [s for s in seen if s[1] and s[1].startswith("TERMINAL")]
+    assert terminal == [], terminal
+    assert len(seen) >= 20
+
+
+# ------------------------------------------------------------------------------------ 100 on 30
+async def _hundred_on_thirty(
+    client: Client,  # noqa: F811
+    ns: str,
+    during: Any = None,
+) -> None:
+    await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), ns)
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 30), ns)
+    members = {
+        s["metadata"]["name"] for s in await wait_ready_pool(client, ns, "pool", 30, within=90)
+    }
+    adopted: set[str] = set()  # sandboxes that ever had a claim as controller
+
+    def on_change(*objs: dict[str, Any]) -> None:
+        sb = objs[-1]
+        for ref in sb["metadata"].get("ownerReferences") or []:
+            if ref.get("kind") == "SandboxClaim" and ref.get("controller"):
+                adopted.add(sb["metadata"]["name"])
+
+    watcher = Informer(client, SANDBOXES, ns)
+    watcher.add_handler(on_change, on_change)
+    watcher.start()
+    try:
+        await asyncio.wait_for(watcher.wait_synced(), 10)
+        names = {f"c-{i:03d}" for i in range(100)}
+        t0 = time.monotonic()
+        await asyncio.gather(
+            *(client.create(SANDBOX_CLAIMS, claim_obj(n, pool="pool"), ns) for n in names)
+        )
+        if during is not None:
+            await during()
+        claims = await wait_claims_ready(client, ns, names, 60)
+        took = time.monotonic() - t0
+        served = await check_invariants(client, ns, claims)
+        await wait_ready_pool(client, ns, "pool", 30, within=60)
+    finally:
+        await watcher.stop()
+    assert members <= adopted, f"only {len(members & adopted)} of the 30 pool sandboxes adopted"
+    warm = set(served.values()) & (adopted - {f"c-{i:03d}" for i in range(100)})
+    print(
+        f"\n100 claims Ready in {took:.1f}s; {len(members & adopted)}/30 pool sandboxes adopted;"
+        f" {len(warm)} claims end on a warm sandbox"
+    )
+
+
+async def test_100_claims_at_once_against_a_ready_pool_of_30(
+    client: Client,  # noqa: F811
+    namespace: str,
+) -> None:
+    """Over 30 s: a pool of 30 filled by kwok, 100 claims, 70 cold pods, 30 refills."""
+    async with controllers(client):
+        await _hundred_on_thirty(client, namespace)
+
+
+async def test_100_claims_with_two_controller_processes_racing(
+    client: Client,  # noqa: F811
+    namespace: str,
+    cluster: DevCluster,
+    tmp_path: Path,
+) -> None:
+    """Over 30 s (as above). Leader election off: both processes adopt and create at once; the
+    preconditions must keep one sandbox per claim and one claim per sandbox."""
+    with (
+        controller_process(cluster, tmp_path / "a.log"),
+        controller_process(cluster, tmp_path / "b.log"),
+    ):
+        await _hundred_on_thirty(client, namespace)
+
+
+async def test_100_claims_survive_a_kill_9_mid_burst_and_a_restart(
+    client: Client,  # noqa: F811
+    namespace: str,
+    cluster: DevCluster,
+    tmp_path: Path,
+) -> None:
+    """Over 30 s (as above). The controller is killed with SIGKILL while it adopts, between its
+    writes; a new process (empty queue and memory) finishes the job."""
+    log = tmp_path / "controller.log"
+    with contextlib.ExitStack() as stack:
+        first = stack.enter_context(controller_process(cluster, log))
+
+        async def kill_and_restart() -> None:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                bound = [
+                    c
+                    for c in (await client.list(SANDBOX_CLAIMS, namespace)).items
+                    if (c.get("status") or {}).get("sandbox", {}).get("name")
+                ]
+                if len(bound) >= 10:
+                    break
+                await asyncio.sleep(0.05)
+            os.kill(first.pid, signal.SIGKILL)
+            first.wait(10)
+            stack.enter_context(controller_process(cluster, log))
+
+        await _hundred_on_thirty(client, namespace, during=kill_and_restart)
+
+
+# ------------------------------------------------------------------------------------ deletion
+async def test_deleting_a_claim_removes_its_sandbox_pod_and_service(
+    client: Client,  # noqa: F811
+    namespace: str,
+) -> None:
+    tpl = template_obj("tpl")
+    tpl["spec"]["service"] = True
+    await client.create(SANDBOX_TEMPLATES, tpl, namespace)
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 1), namespace)
+    async with controllers(client):
+        await wait_ready_pool(client, namespace, "pool", 1)
+        await client.create(SANDBOX_CLAIMS, claim_obj("c", pool="pool"), namespace)
+        (c,) = await wait_claims_ready(client, namespace, {"c"}, 20)
+        name = c["status"]["sandbox"]["name"]
+        for resource in (SANDBOXES, PODS, SERVICES):
+            await client.get(resource, name, namespace)  # all there
+        await client.delete(SANDBOX_CLAIMS, "c", namespace, propagation_policy="Background")
+        deadline = time.monotonic() + 60
+        for resource in (SANDBOXES, PODS, SERVICES):
+            while True:
+                try:
+                    await client.get(resource, name, namespace)
+                except NotFound:
+                    break
+                assert time.monotonic() < deadline, f"{resource.plural}/{name} still there"
+                await asyncio.sleep(0.2)
+
+
+async def test_missing_pool_is_reported_and_the_claim_is_served_once_the_pool_exists(
+    client: Client,  # noqa: F811
+    namespace: str,
+) -> None:
+    await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
+    async with controllers(client):
+        await client.create(SANDBOX_CLAIMS, claim_obj("c", pool="later"), namespace)
+        deadline = time.monotonic() + 20
+        while (
+            ready_reason(await client.get(SANDBOX_CLAIMS, "c", namespace))[1] != "WarmPoolNotFound"
+        ):
+            assert time.monotonic() < deadline, "WarmPoolNotFound never reported"
+            await asyncio.sleep(0.1)
+        await client.create(SANDBOX_WARM_POOLS, pool_obj("later", "tpl", 1), namespace)
+        (c,) = await wait_claims_ready(client, namespace, {"c"}, 30)
+    assert ready(await client.get(SANDBOXES, c["status"]["sandbox"]["name"], namespace))
