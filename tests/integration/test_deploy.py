@@ -186,6 +186,8 @@ def test_kustomize_renders_the_layout_and_the_server_accepts_it(
         ("ServiceAccount", SA),
         ("ClusterRole", "agent-sandbox-controller"),
         ("ClusterRole", "agent-sandbox-controller-extensions"),
+        ("ClusterRole", "agent-sandbox-edit"),
+        ("ClusterRole", "agent-sandbox-view"),
         ("ClusterRoleBinding", "agent-sandbox-controller"),
         ("ClusterRoleBinding", "agent-sandbox-controller-extensions"),
         ("Role", "agent-sandbox-controller-leader-election"),
@@ -482,6 +484,46 @@ def exercise_controller(cluster: DevCluster, ns: str, alive: Callable[[], bool],
         "the orphaned sandbox adopted back by its pool",
     )
 
+    # Claims: a warm one adopts a pool sandbox (one patch with a resourceVersion precondition,
+    # then a status merge patch), a cold one creates its sandbox, one names a pool that does
+    # not exist (read from the API, not the cache, before WarmPoolNotFound is written).
+    members = {
+        sb["metadata"]["name"]
+        for sb in cluster.api("GET", sandboxes)["items"]
+        if any(r["kind"] == "SandboxWarmPool" for r in sb["metadata"].get("ownerReferences", []))
+    }
+    for name, spec in (
+        ("warm", {"warmPoolRef": {"name": "pool"}}),
+        ("cold", {"sandboxTemplateRef": {"name": "py"}, "warmpool": "none"}),
+        ("lost", {"warmPoolRef": {"name": "nope"}}),
+    ):
+        cluster.api(
+            "POST",
+            f"{ext}/sandboxclaims",
+            {
+                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                "kind": "SandboxClaim",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+        )
+    warm = wait(lambda: get_if(cluster, f"{ext}/sandboxclaims/warm", ready), "claim warm Ready")
+    assert warm["status"]["sandbox"]["name"] in members, (warm["status"], members)
+    cold = wait(lambda: get_if(cluster, f"{ext}/sandboxclaims/cold", ready), "claim cold Ready")
+    assert cold["status"]["sandbox"]["name"] == "cold"
+    wait(
+        lambda: get_if(
+            cluster,
+            f"{ext}/sandboxclaims/lost",
+            lambda c: ready_reason(c) == "WarmPoolNotFound",
+        ),
+        "claim lost reports WarmPoolNotFound",
+    )
+    pool = wait(
+        lambda: get_if(cluster, f"{ext}/sandboxwarmpools/pool", lambda p: ready_replicas(p) == 2),
+        "warm pool refilled after the adoption",
+    )
+
     # Deletes: the pool scales down (sandbox delete); web expires with shutdownPolicy Delete
     # (its pod and Service are deleted, then the Sandbox itself).
     merge_patch(
@@ -512,10 +554,12 @@ def exercise_controller(cluster: DevCluster, ns: str, alive: Callable[[], bool],
             ("sandbox-controller", "SandboxExpired"),
             ("warmpool-controller", "WarmPoolNotProgressing"),
             ("warmpool-controller", "WarmPoolProgressing"),
+            ("sandboxclaim-controller", "SandboxAdopted"),
+            ("sandboxclaim-controller", "SandboxProvisioned"),
         }
         return found if wanted <= found else None
 
-    wait(reasons, "events from both controllers", timeout=10)
+    wait(reasons, "events from every controller", timeout=10)
 
 
 def merge_patch(cluster: DevCluster, ns: str, what: str, body: dict[str, Any]) -> None:
@@ -534,6 +578,9 @@ ACCESS = [
     ("create", "sandboxes.agents.x-k8s.io", "default", "", True),
     ("patch", "sandboxwarmpools.extensions.agents.x-k8s.io", "default", "status", True),
     ("create", "events.events.k8s.io", "default", "", True),
+    ("patch", "sandboxclaims.extensions.agents.x-k8s.io", "default", "status", True),
+    ("get", "sandboxwarmpools.extensions.agents.x-k8s.io", "default", "", True),
+    ("patch", "sandboxes.agents.x-k8s.io", "default", "", True),
     ("create", "leases.coordination.k8s.io", SYSTEM_NS, "", True),
     ("update", f"leases.coordination.k8s.io/{LEASE}", SYSTEM_NS, "", True),
     # and nothing else
@@ -549,6 +596,8 @@ ACCESS = [
     ("create", "sandboxwarmpools.extensions.agents.x-k8s.io", "default", "", False),
     ("delete", "sandboxtemplates.extensions.agents.x-k8s.io", "default", "", False),
     ("create", "sandboxclaims.extensions.agents.x-k8s.io", "default", "", False),
+    ("update", "sandboxclaims.extensions.agents.x-k8s.io", "default", "", False),
+    ("patch", "sandboxclaims.extensions.agents.x-k8s.io", "default", "", False),
     ("create", "events", "default", "", False),
     ("get", f"leases.coordination.k8s.io/{LEASE}", "kube-system", "", False),
     ("update", "leases.coordination.k8s.io/someone-else", SYSTEM_NS, "", False),
@@ -587,3 +636,60 @@ def test_the_token_is_refused_secrets_and_cluster_roles(
     created = as_sa("create", "clusterrole", "sneaky", "--verb=get", "--resource=secrets")
     assert created.returncode != 0 and "Forbidden" in created.stderr, created
     assert get_or_none(cluster, "/apis/rbac.authorization.k8s.io/v1/clusterroles/sneaky") is None
+
+
+@pytest.mark.parametrize(
+    ("role", "verb", "resource", "allowed"),
+    [
+        ("edit", "create", "sandboxclaims.extensions.agents.x-k8s.io", True),
+        ("edit", "delete", "sandboxclaims.extensions.agents.x-k8s.io", True),
+        ("edit", "get", "sandboxes.agents.x-k8s.io", True),
+        ("edit", "watch", "sandboxes.agents.x-k8s.io", True),
+        ("edit", "list", "sandboxwarmpools.extensions.agents.x-k8s.io", True),
+        ("edit", "delete", "sandboxes.agents.x-k8s.io", False),
+        ("edit", "create", "sandboxwarmpools.extensions.agents.x-k8s.io", False),
+        ("view", "get", "sandboxclaims.extensions.agents.x-k8s.io", True),
+        ("view", "list", "sandboxes.agents.x-k8s.io", True),
+        ("view", "create", "sandboxclaims.extensions.agents.x-k8s.io", False),
+    ],
+)
+def test_namespace_users_of_the_builtin_roles_may_claim_and_read_sandboxes(
+    cluster: DevCluster, installed: None, role: str, verb: str, resource: str, allowed: bool
+) -> None:
+    """deploy/ aggregates into the built-in edit/admin and view ClusterRoles: someone bound to
+    "edit" in a namespace creates claims and reads sandboxes, without touching sandboxes."""
+    user = f"{role}-user"
+    ns = "default"
+    binding = f"agent-sandbox-test-{role}"
+    if (
+        get_or_none(
+            cluster, f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings/{binding}"
+        )
+        is None
+    ):
+        cluster.api(
+            "POST",
+            f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": binding},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": role,
+                },
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+                ],
+            },
+        )
+
+    def answer() -> str | None:
+        out = cluster.kubectl(
+            "auth", "can-i", verb, resource, f"--as={user}", f"-n={ns}", check=False
+        )
+        got = out.stdout.strip()
+        return got if got == ("yes" if allowed else "no") else None
+
+    until(answer, f"{user} {verb} {resource} -> {allowed}", timeout=15)

@@ -37,6 +37,7 @@ KCM_CONTROLLERS = (
     "namespace-controller",
     "serviceaccount-controller",
     "resourcequota-controller",
+    "clusterrole-aggregation-controller",
 )
 NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 LIFECYCLE_LABEL = "kwok.agentsandbox.dev/lifecycle"
