@@ -398,6 +398,22 @@ async def test_ineligible_sandboxes_with_pool_labels_are_never_adopted(kind: str
     assert keys.LABEL_CLAIM_UID not in h.sandbox(sb["metadata"]["name"])["metadata"]["labels"]
 
 
+async def test_a_sandbox_whose_owner_reference_names_the_pool_with_another_uid_is_not_adopted() -> (
+    None
+):
+    """Never adopt because labels (or a hand-written owner reference) say so: the controller
+    reference must carry the pool's UID."""
+    h = Harness()
+    t = h.add(SANDBOX_TEMPLATES.plural, template())
+    p = h.add(SANDBOX_WARM_POOLS.plural, pool())
+    forged = pool_sandbox({**p, "metadata": {**p["metadata"], "uid": "forged"}}, t)
+    forged = h.add(SANDBOXES.plural, forged)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == "claim"
+    assert keys.LABEL_CLAIM_UID not in h.sandbox(forged["metadata"]["name"])["metadata"]["labels"]
+
+
 async def test_stale_sandbox_of_a_recreate_pool_is_not_handed_out() -> None:
     """§9 (upstream #1078): under Recreate a stale sandbox is about to be replaced."""
     h = Harness()

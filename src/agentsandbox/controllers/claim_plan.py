@@ -150,6 +150,9 @@ def candidate_problem(
         return f"incorrect template hash, expected {want}, got {got}"
     if pool is None or pool["metadata"].get("name") != pool_owner(sb):
         return "the sandbox's pool is not known"
+    if (controller_of(sb) or {}).get("uid") != pool["metadata"].get("uid"):
+        # an owner reference naming the pool but not carrying its UID was not written by it
+        return "the sandbox's controller reference does not match its pool"
     if update_strategy(pool) == RECREATE and is_sandbox_stale(
         sb, template, pod_hash, {}, orphan=False
     ):
