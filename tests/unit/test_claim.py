@@ -804,3 +804,206 @@ async def test_a_deleted_claim_is_forgotten() -> None:
     h.claims.remove(h.claim())
     assert await h.reconcile() is None
     assert h.r._bound == {}
+
+
+# ------------------------------------------------------------------------------------ §8.2 rest
+async def test_template_with_automount_true_keeps_it_on_the_cold_sandbox() -> None:
+    h = Harness()
+    t = template()
+    t["spec"]["podTemplate"]["spec"]["automountServiceAccountToken"] = True
+    h.add(SANDBOX_TEMPLATES.plural, t)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(warmpool="none"))
+    await h.reconcile()
+    assert h.sandbox("claim")["spec"]["podTemplate"]["spec"]["automountServiceAccountToken"] is True
+
+
+async def test_template_with_its_own_network_policy_leaves_dns_alone() -> None:
+    h = Harness()
+    h.add(SANDBOX_TEMPLATES.plural, template(networkPolicy={"ingress": []}))
+    h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(warmpool="none"))
+    await h.reconcile()
+    spec = h.sandbox("claim")["spec"]["podTemplate"]["spec"]
+    assert "dnsPolicy" not in spec and "dnsConfig" not in spec
+
+
+async def test_same_name_sandbox_controlled_by_the_claim_is_used_without_error() -> None:
+    h = Harness()
+    h.add(SANDBOX_TEMPLATES.plural, template())
+    c = h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(warmpool="none"))
+    sb = pool_sandbox(pool(), template(), owner="orphan", ready=False)
+    sb["metadata"]["name"] = "claim"
+    sb["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": SANDBOX_CLAIM.api_version,
+            "kind": "SandboxClaim",
+            "name": "claim",
+            "uid": c["metadata"]["uid"],
+            "controller": True,
+        }
+    ]
+    h.add(SANDBOXES.plural, sb)
+    h.api.calls.clear()
+    assert await h.reconcile() is None
+    assert [w[0] for w in h.api.writes()] == ["patch-status"]
+    assert h.ready()["reason"] == "DependenciesNotReady"
+
+
+async def test_controlled_ready_sandbox_is_forwarded_even_without_its_template() -> None:
+    """Upstream: "controlled Ready sandbox but template missing ⇒ Ready True, podIPs mirrored"."""
+    h = Harness()
+    c = h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1())
+    sb = pool_sandbox(pool(), template(), owner="orphan")
+    sb["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": SANDBOX_CLAIM.api_version,
+            "kind": "SandboxClaim",
+            "name": "claim",
+            "uid": c["metadata"]["uid"],
+            "controller": True,
+        }
+    ]
+    sb["status"]["podIPs"] = ["10.244.0.6"]
+    sb = h.add(SANDBOXES.plural, sb)
+    await h.reconcile()
+    status = h.claim()["status"]
+    assert status["sandbox"] == {"name": sb["metadata"]["name"], "podIPs": ["10.244.0.6"]}
+    assert (h.ready()["status"], h.ready()["reason"]) == ("True", "DependenciesReady")
+
+
+async def test_claim_whose_status_names_an_owned_sandbox_does_not_adopt_another() -> None:
+    """Upstream TestSandboxClaimNoReAdoption."""
+    h = Harness()
+    setup_pool(h, members=3)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    await h.reconcile()
+    h.sync()
+    h.api.calls.clear()
+    await h.reconcile()
+    assert h.api.writes() == []
+    assert h.r.queue.size((NS, "pool")) == 2
+
+
+@pytest.mark.parametrize("path", ["cold", "warm"])
+async def test_trace_context_of_the_claim_is_copied_to_its_sandbox(path: str) -> None:
+    h = Harness()
+    setup_pool(h)
+    body = claim_v1beta1() if path == "warm" else claim_v1alpha1(warmpool="none")
+    body["metadata"]["annotations"] = {keys.ANNOTATION_TRACE_CONTEXT: '{"traceparent":"00-a-b-01"}'}
+    h.add(SANDBOX_CLAIMS.plural, body)
+    await h.reconcile()
+    sb = h.sandbox(h.claim()["status"]["sandbox"]["name"])
+    assert (
+        sb["metadata"]["annotations"][keys.ANNOTATION_TRACE_CONTEXT]
+        == '{"traceparent":"00-a-b-01"}'
+    )
+
+
+async def test_cold_sandbox_propagates_the_templates_volume_claim_templates() -> None:
+    """Upstream TestCreateSandboxPropagatesVolumeClaimTemplates."""
+    h = Harness()
+    vct = {"metadata": {"name": "data"}, "spec": {"resources": {"requests": {"storage": "1Gi"}}}}
+    h.add(SANDBOX_TEMPLATES.plural, template(volumeClaimTemplates=[vct]))
+    h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(warmpool="none"))
+    await h.reconcile()
+    assert h.sandbox("claim")["spec"]["volumeClaimTemplates"] == [vct]
+
+
+@pytest.mark.parametrize(
+    ("existing", "expected"),
+    [
+        ({keys.ANNOTATION_POD_NAME: "stale-pod-name"}, None),
+        ({"keep-me": "yes"}, {"keep-me": "yes"}),
+    ],
+)
+async def test_adoption_corrects_the_pod_name_annotation_and_keeps_other_annotations(
+    existing: dict[str, str], expected: dict[str, str] | None
+) -> None:
+    h = Harness()
+    t = h.add(SANDBOX_TEMPLATES.plural, template())
+    p = h.add(SANDBOX_WARM_POOLS.plural, pool())
+    sb = pool_sandbox(p, t)
+    sb["metadata"]["annotations"].update(existing)
+    sb = h.add(SANDBOXES.plural, sb)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    await h.reconcile()
+    annotations = h.sandbox(sb["metadata"]["name"])["metadata"]["annotations"]
+    assert annotations[keys.ANNOTATION_POD_NAME] == sb["metadata"]["name"]
+    for key, value in (expected or {}).items():
+        assert annotations[key] == value
+
+
+def test_verify_candidate_namespace_isolation() -> None:
+    """Upstream TestVerifySandboxCandidate_NamespaceIsolation."""
+    from agentsandbox.controllers.claim_plan import candidate_problem
+
+    t = {**template(), "metadata": {"name": "tpl", "namespace": NS}}
+    p = {**pool(), "metadata": {"name": "pool", "namespace": NS, "uid": "pool-uid"}}
+    sb = pool_sandbox(p, t)
+    assert candidate_problem(sb, NS, t, p, "") is None
+    problem = candidate_problem(sb, "other", t, p, "")
+    assert problem is not None and problem.startswith("cross-namespace adoption forbidden")
+
+
+@pytest.mark.parametrize(
+    ("policy", "template_env", "claim_env", "result"),
+    [
+        (
+            "Overrides",
+            [("EXISTING_VAR", "template-value")],
+            [("NEW_VAR", "claim-value")],
+            [("EXISTING_VAR", "template-value"), ("NEW_VAR", "claim-value")],
+        ),
+        ("Allowed", [], [("NEW_VAR", "claim-value")], [("NEW_VAR", "claim-value")]),
+        ("Allowed", [("EXISTING_VAR", "t")], [("EXISTING_VAR", "c")], "override is not allowed"),
+        ("", [("EXISTING_VAR", "t")], [("EXISTING_VAR", "c")], "injection is not allowed"),
+        ("", [], [("NEW_VAR", "c")], "injection is not allowed"),
+        (
+            "Overrides",
+            [("EXISTING_VAR", "t")],
+            [("EXISTING_VAR", "claim-override-value")],
+            [("EXISTING_VAR", "claim-override-value")],
+        ),
+    ],
+)
+def test_env_injection_follows_the_template_policy(
+    policy: str, template_env: list[tuple[str, str]], claim_env: list[tuple[str, str]], result: Any
+) -> None:
+    """Upstream's env table (spec §5.7)."""
+    from agentsandbox.controllers.claim_plan import ClaimFailure, inject_env
+
+    spec = {
+        "containers": [{"name": "app", "env": [{"name": n, "value": v} for n, v in template_env]}]
+    }
+    env = [{"name": n, "value": v} for n, v in claim_env]
+    if isinstance(result, str):
+        with pytest.raises(ClaimFailure, match=result) as info:
+            inject_env(spec, env, policy)
+        assert info.value.reason == "EnvVarsInjectionRejected"
+    else:
+        inject_env(spec, env, policy)
+        assert [(e["name"], e["value"]) for e in spec["containers"][0]["env"]] == result
+
+
+def test_env_targeted_at_a_container_goes_there_only_and_init_containers_are_reachable() -> None:
+    from agentsandbox.controllers.claim_plan import ClaimFailure, inject_env
+
+    spec: dict[str, Any] = {
+        "initContainers": [{"name": "setup"}],
+        "containers": [{"name": "app-container"}, {"name": "sidecar"}],
+    }
+    inject_env(
+        spec,
+        [
+            {"name": "A", "value": "1", "containerName": "app-container"},
+            {"name": "B", "value": "2", "containerName": "setup"},
+        ],
+        "Allowed",
+    )
+    assert spec["containers"][0]["env"] == [{"name": "A", "value": "1"}]
+    assert "env" not in spec["containers"][1]
+    assert spec["initContainers"][0]["env"] == [{"name": "B", "value": "2"}]
+    with pytest.raises(
+        ClaimFailure,
+        match='target container "missing" not found in template for environment variable "X"',
+    ):
+        inject_env(spec, [{"name": "X", "value": "1", "containerName": "missing"}], "Allowed")
