@@ -614,6 +614,12 @@ class Schemas:
                     default="Disallowed",
                     enum=["Allowed", "Overrides", "Disallowed"],
                 ),
+                "volumeClaimTemplatesPolicy": string(
+                    "Whether claims may add volume claim templates (Allowed) or also replace the "
+                    "template's own of the same name (Overrides).",
+                    default="Disallowed",
+                    enum=["Allowed", "Overrides", "Disallowed"],
+                ),
                 "service": boolean("Copied to spec.service of the sandboxes."),
             },
             "The sandbox blueprint shared by warm pools and claims.",
