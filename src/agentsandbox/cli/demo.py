@@ -5,13 +5,20 @@
 2. start ``agent-sandbox-controller --extensions`` in its own process, as a cluster would;
 3. create a SandboxTemplate and a SandboxWarmPool and watch the pool fill (progress bar);
 4. scale the pool up through the ``/scale`` subresource and watch it refill;
-5. print a summary table and write a plot of the pool over time (``demo-output/warmpool.png``).
-
-Claims served warm vs cold come with the SandboxClaim controller.
+5. send SandboxClaims at a steady rate: v1beta1 claims naming the pool (``spec.warmPoolRef``),
+   served warm by adopting a pool sandbox, then v1alpha1 claims with ``warmpool: "none"``, served
+   cold from the template; one namespace-wide claim watch times each from its create call to
+   the event that shows it Ready=True with ``status.sandbox.name``;
+6. watch the pool refill behind the claims, print summary tables and write a plot of the pool
+   over time and the claim latencies by launch type (``demo-output/warmpool.png``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
+import math
 import os
 import signal
 import socket
@@ -29,11 +36,24 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from agentsandbox.api.conditions import is_condition_true, is_sandbox_ready
+from agentsandbox.api.kinds import SANDBOX_CLAIM
+from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_WARM_POOLS, SANDBOXES
+from agentsandbox.controllers.claim_plan import pool_owner
 from agentsandbox.devcluster import BinariesError, ClusterStartError, DevCluster
 from agentsandbox.devcluster.binaries import repo_root, versions
+from agentsandbox.kube.client import Client
+from agentsandbox.kube.config import load_kubeconfig
+from agentsandbox.kube.errors import KubeError
+from agentsandbox.kube.informer import Informer
 
 POOL = 50
 SCALED = 80
+WARM_CLAIMS = 20
+COLD_CLAIMS = 5
+CLAIM_RATE = 10.0  # claims/s, open loop: each claim is sent at its scheduled time
+POOL_NAME = "agents"
+TEMPLATE = "python-runtime"
 
 
 def _free_port() -> int:
@@ -97,7 +117,185 @@ def _wait_ready(proc: subprocess.Popen[bytes], port: int, limit: float = 60.0) -
     raise TimeoutError("agent-sandbox-controller did not become ready")
 
 
-def _plot(series: list[tuple[float, int, int]], marks: list[tuple[float, str]], out: Path) -> bool:
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile (``p`` in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+@dataclasses.dataclass
+class ClaimRun:
+    """What the claim phase saw: per claim, what was asked, when, and what served it."""
+
+    asked: dict[str, str] = dataclasses.field(default_factory=dict)  # claim -> "warm" | "cold"
+    sent: dict[str, float] = dataclasses.field(default_factory=dict)  # just before the POST
+    ready: dict[str, float] = dataclasses.field(default_factory=dict)  # first Ready event
+    sandbox: dict[str, str] = dataclasses.field(default_factory=dict)  # claim -> sandbox
+    pool_members: set[str] = dataclasses.field(default_factory=set)  # ever in the pool
+    started: float = 0.0  # first claim sent (demo clock)
+    cold_started: float = 0.0  # first cold claim sent (demo clock)
+    pool_low: int = SCALED  # fewest Ready pool sandboxes seen during the claims
+    all_ready: float = 0.0  # last claim Ready (demo clock)
+    refilled: float = 0.0  # pool back at SCALED Ready (demo clock)
+
+    def served(self, claim: str) -> str:
+        return "warm" if self.sandbox.get(claim) in self.pool_members else "cold"
+
+    def latencies_ms(self) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {"warm": [], "cold": []}
+        for name, t in self.ready.items():
+            out[self.served(name)].append((t - self.sent[name]) * 1000)
+        return out
+
+
+def _claim_body(name: str, warm: bool) -> tuple[dict[str, Any], Any]:
+    if warm:  # the 1.0.x client's form: a claim on a named pool
+        return {
+            "apiVersion": SANDBOX_CLAIM.api_version,
+            "kind": "SandboxClaim",
+            "metadata": {"name": name},
+            "spec": {"warmPoolRef": {"name": POOL_NAME}},
+        }, SANDBOX_CLAIMS
+    # the 0.4.x client's form, asking for no pool: a cold start from the template
+    return {
+        "apiVersion": f"{SANDBOX_CLAIM.group}/v1alpha1",
+        "kind": "SandboxClaim",
+        "metadata": {"name": name},
+        "spec": {"sandboxTemplateRef": {"name": TEMPLATE}, "warmpool": "none"},
+    }, dataclasses.replace(SANDBOX_CLAIMS, version="v1alpha1")
+
+
+async def _claims(
+    console: Console,
+    cluster: DevCluster,
+    ns: str,
+    series: list[tuple[float, int, int]],
+    t0: float,
+    limit: float = 60.0,
+) -> ClaimRun:
+    """Send the claims open loop, time them from one claim watch, then watch the refill."""
+    run = ClaimRun()
+    client = Client(await load_kubeconfig(str(cluster.kubeconfig)), qps=0, pool_size=32)
+    pool_ready: set[str] = set()  # pool sandboxes Ready now
+    all_ready = asyncio.Event()
+    refilled = asyncio.Event()
+    total = WARM_CLAIMS + COLD_CLAIMS
+
+    def on_sandbox(*objs: dict[str, Any]) -> None:
+        sb = objs[-1]
+        name = sb["metadata"]["name"]
+        if pool_owner(sb) == POOL_NAME:
+            run.pool_members.add(name)
+            if is_sandbox_ready(sb) and not sb["metadata"].get("deletionTimestamp"):
+                pool_ready.add(name)
+            else:
+                pool_ready.discard(name)
+        else:
+            pool_ready.discard(name)
+        if run.started:
+            run.pool_low = min(run.pool_low, len(pool_ready))
+        if run.ready and len(run.ready) == total and len(pool_ready) >= SCALED:
+            refilled.set()
+
+    def on_sandbox_gone(sb: dict[str, Any]) -> None:
+        pool_ready.discard(sb["metadata"]["name"])
+
+    def on_pool(*objs: dict[str, Any]) -> None:
+        st = objs[-1].get("status") or {}
+        series.append(
+            (time.monotonic() - t0, int(st.get("replicas", 0)), int(st.get("readyReplicas", 0)))
+        )
+
+    def on_claim(*objs: dict[str, Any]) -> None:
+        claim = objs[-1]
+        name = claim["metadata"]["name"]
+        status = claim.get("status") or {}
+        sandbox = (status.get("sandbox") or {}).get("name")
+        ready = is_condition_true(status.get("conditions"), "Ready")
+        if ready and sandbox and name in run.asked and name not in run.ready:
+            run.ready[name] = time.monotonic()
+            run.sandbox[name] = sandbox
+            if len(run.ready) == total:
+                all_ready.set()
+
+    sandboxes = Informer(client, SANDBOXES, ns)
+    sandboxes.add_handler(on_sandbox, on_sandbox, on_sandbox_gone)
+    pools = Informer(client, SANDBOX_WARM_POOLS, ns)
+    pools.add_handler(on_pool, on_pool)
+    claims = Informer(client, SANDBOX_CLAIMS, ns)  # both versions: one storage, no conversion
+    claims.add_handler(on_claim, on_claim)
+    informers = (sandboxes, pools, claims)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    try:
+        for inf in informers:
+            inf.start()
+        await asyncio.wait_for(asyncio.gather(*(inf.wait_synced() for inf in informers)), 20)
+        schedule = [(f"warm-{i:02d}", True) for i in range(WARM_CLAIMS)]
+        schedule += [(f"cold-{i:02d}", False) for i in range(COLD_CLAIMS)]
+        with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
+            bar = progress.add_task(
+                f"{WARM_CLAIMS} warm + {COLD_CLAIMS} cold claims at {CLAIM_RATE:.0f}/s → Ready",
+                total=total,
+            )
+            pool_bar = progress.add_task(
+                f"pool Ready (adopted ones replaced) → {SCALED}", total=SCALED
+            )
+
+            def show() -> None:
+                run.pool_low = min(run.pool_low, len(pool_ready))
+                progress.update(bar, completed=len(run.ready))
+                progress.update(pool_bar, completed=len(pool_ready))
+
+            start = time.monotonic()
+            run.started = start - t0
+            tasks = []
+            for i, (name, warm) in enumerate(schedule):
+                await asyncio.sleep(max(0.0, start + i / CLAIM_RATE - time.monotonic()))
+                body, resource = _claim_body(name, warm)
+                run.asked[name] = "warm" if warm else "cold"
+                run.sent[name] = time.monotonic()
+                if not warm and not run.cold_started:
+                    run.cold_started = run.sent[name] - t0
+                tasks.append(asyncio.create_task(client.create(resource, body, ns)))
+                show()
+            await asyncio.gather(*tasks)
+            deadline = time.monotonic() + limit
+            while not all_ready.is_set():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{total - len(run.ready)} claims not Ready in {limit:.0f}s")
+                show()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(all_ready.wait(), 0.05)
+            run.all_ready = time.monotonic() - t0
+            if len(pool_ready) >= SCALED:  # no sandbox event since the last claim was Ready
+                refilled.set()
+            while not refilled.is_set():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"pool not back at {SCALED} Ready in {limit:.0f}s")
+                show()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(refilled.wait(), 0.05)
+            show()
+        run.refilled = time.monotonic() - t0
+        while True:  # the pool's own status agrees
+            st = (await client.get(SANDBOX_WARM_POOLS, POOL_NAME, ns)).get("status") or {}
+            on_pool({"status": st})
+            if st.get("readyReplicas") == SCALED or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        for inf in informers:
+            await inf.stop()
+        await client.close()
+    return run
+
+
+def _plot(
+    series: list[tuple[float, int, int]],
+    marks: list[tuple[float, str]],
+    run: ClaimRun | None,
+    out: Path,
+) -> bool:
     try:
         import matplotlib
 
@@ -106,16 +304,50 @@ def _plot(series: list[tuple[float, int, int]], marks: list[tuple[float, str]], 
     except ImportError:
         return False
     t = [s[0] for s in series]
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, (ax, lat) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [2.2, 1]})
     ax.plot(t, [s[1] for s in series], label="sandboxes (status.replicas)")
     ax.plot(t, [s[2] for s in series], label="Ready (status.readyReplicas)")
     for x, text in marks:
         ax.axvline(x, color="grey", linestyle=":")
         ax.annotate(text, (x, 0), rotation=90, fontsize=8, va="bottom", ha="right")
+    if run is not None:
+        ax.axvspan(
+            run.started,
+            run.all_ready,
+            color="tab:green",
+            alpha=0.12,
+            label="claims: first sent → last Ready",
+        )
     ax.set_xlabel("seconds")
     ax.set_ylabel("sandboxes")
-    ax.set_title("SandboxWarmPool filling on the local control plane")
-    ax.legend(loc="lower right")
+    ax.set_title("SandboxWarmPool on the local control plane")
+    ax.legend(loc="upper left", fontsize=8)
+    if run is not None:
+        import random
+
+        rng = random.Random(1)
+        data = run.latencies_ms()
+        kinds = [k for k in ("warm", "cold") if data[k]]
+        colours = {"warm": "tab:orange", "cold": "tab:blue"}
+        lat.boxplot(
+            [data[k] for k in kinds],
+            positions=range(1, len(kinds) + 1),
+            widths=0.5,
+            showfliers=False,
+        )
+        for i, k in enumerate(kinds, start=1):
+            xs = [i + rng.uniform(-0.15, 0.15) for _ in data[k]]
+            lat.scatter(xs, data[k], s=18, alpha=0.8, color=colours[k], zorder=3)
+        lat.set_xticks(range(1, len(kinds) + 1))
+        lat.set_xticklabels(
+            [f"{k} (n={len(data[k])})\np50 {percentile(data[k], 50):.0f} ms" for k in kinds]
+        )
+        lat.set_ylim(bottom=0)
+        lat.set_ylabel("create → Ready event (ms)")
+        lat.set_title("SandboxClaim latency by launch type")
+        lat.grid(axis="y", alpha=0.3)
+    else:
+        lat.set_visible(False)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
@@ -174,6 +406,7 @@ def main() -> int:
             "--kube-api-qps=1000",
             "--kube-api-burst=2000",
             "--sandbox-concurrent-workers=50",
+            "--sandbox-claim-concurrent-workers=50",
             "--sandbox-warm-pool-concurrent-workers=4",
         ]
         with log_path.open("wb") as log:
@@ -192,7 +425,7 @@ def main() -> int:
             {
                 "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
                 "kind": "SandboxTemplate",
-                "metadata": {"name": "python-runtime"},
+                "metadata": {"name": TEMPLATE},
                 "spec": {
                     "podTemplate": {
                         "spec": {
@@ -213,26 +446,49 @@ def main() -> int:
             {
                 "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
                 "kind": "SandboxWarmPool",
-                "metadata": {"name": "agents"},
-                "spec": {"replicas": POOL, "sandboxTemplateRef": {"name": "python-runtime"}},
+                "metadata": {"name": POOL_NAME},
+                "spec": {"replicas": POOL, "sandboxTemplateRef": {"name": TEMPLATE}},
             },
         )
         fill = _fill(
-            console, cluster, ns, "agents", POOL, f"warm pool filling 0 → {POOL}", series, t0
+            console, cluster, ns, POOL_NAME, POOL, f"warm pool filling 0 → {POOL}", series, t0
         )
         marks.append((time.monotonic() - t0, f"scaled to {SCALED}"))
-        cluster.kubectl("scale", "sandboxwarmpool/agents", "-n", ns, f"--replicas={SCALED}")
+        cluster.kubectl("scale", f"sandboxwarmpool/{POOL_NAME}", "-n", ns, f"--replicas={SCALED}")
         scale = _fill(
             console,
             cluster,
             ns,
-            "agents",
+            POOL_NAME,
             SCALED,
             f"scaled {POOL} → {SCALED} via /scale",
             series,
             t0,
         )
-        pool = cluster.kubectl("get", "sandboxwarmpool", "agents", "-n", ns).stdout
+        run = asyncio.run(_claims(console, cluster, ns, series, t0))
+        marks.append((run.started, f"{WARM_CLAIMS} warm claims"))
+        marks.append((run.cold_started, "cold claims"))
+        examples = Table(title="a few of the claims (kubectl get sandboxclaims shows them all)")
+        for col in ("claim", "asked as", "sandbox", "pool member?", "latency ms"):
+            examples.add_column(col, justify="right" if col.endswith("ms") else "left")
+        picks = sorted(run.ready, key=lambda n: (run.asked[n], n))
+        picks = [n for n in picks if run.asked[n] == "cold"][:2] + [
+            n for n in picks if run.asked[n] == "warm"
+        ][:3]
+        for name in picks:
+            examples.add_row(
+                name,
+                "v1beta1 warmPoolRef" if run.asked[name] == "warm" else "v1alpha1 warmpool=none",
+                run.sandbox[name],
+                "yes: warm" if run.served(name) == "warm" else "no: cold",
+                f"{(run.ready[name] - run.sent[name]) * 1000:.0f}",
+            )
+        console.print(examples)
+        console.print(
+            f"the pool went down to {run.pool_low} Ready during the claims and was back at "
+            f"{SCALED} Ready {run.refilled - run.all_ready:.2f}s after the last claim was Ready"
+        )
+        pool = cluster.kubectl("get", "sandboxwarmpool", POOL_NAME, "-n", ns).stdout
         console.print(pool.rstrip())
 
         table = Table(title="warm pool on the local control plane")
@@ -244,16 +500,54 @@ def main() -> int:
         table.add_row(
             "scale up → Ready", str(SCALED - POOL), f"{scale:.2f}", f"{(SCALED - POOL) / scale:.0f}"
         )
-        console.print(table)
-        out = root / "demo-output" / "warmpool.png"
-        if _plot(series, marks, out):
-            console.print(f"plot: {out}")
-        console.print(
-            "[yellow]not yet:[/] SandboxClaims served warm vs cold arrive with the claim "
-            "controller."
+        adopted = sum(1 for name in run.ready if run.served(name) == "warm")
+        table.add_row(
+            f"refill {adopted} adopted (1st claim→{SCALED} Ready)",
+            str(adopted),
+            f"{run.refilled - run.started:.2f}",
+            "",
         )
+        console.print(table)
+
+        lat = run.latencies_ms()
+        table = Table(
+            title=f"SandboxClaims, {CLAIM_RATE:.0f}/s: create call → watch event Ready=True "
+            "with status.sandbox.name"
+        )
+        table.add_column("launch")
+        table.add_column("served from")
+        table.add_column("claims", justify="right")
+        table.add_column("p50 ms", justify="right")
+        table.add_column("p90 ms", justify="right")
+        table.add_column("max ms", justify="right")
+        origin = {
+            "warm": "pool member, adopted",
+            "cold": "new, from the template",
+        }
+        for kind in ("warm", "cold"):
+            values = lat[kind]
+            if not values:
+                continue
+            table.add_row(
+                kind,
+                origin[kind],
+                str(len(values)),
+                *(f"{percentile(values, p):.0f}" for p in (50, 90, 100)),
+            )
+        console.print(table)
+        console.print(
+            "[dim]kwok pods start at once (no image pull, no container start): a cold claim here "
+            "costs only the extra Sandbox → Pod → Ready round trips; on real nodes it takes "
+            "seconds.[/]"
+        )
+        mismatched = sorted(n for n in run.ready if run.served(n) != run.asked[n])
+        if mismatched:
+            console.print(f"[yellow]served otherwise than asked:[/] {', '.join(mismatched)}")
+        out = root / "demo-output" / "warmpool.png"
+        if _plot(series, marks, run, out):
+            console.print(f"plot: {out}")
         cluster.api("DELETE", f"/api/v1/namespaces/{ns}")
-    except (TimeoutError, OSError, subprocess.CalledProcessError) as err:
+    except (TimeoutError, OSError, KubeError, subprocess.CalledProcessError) as err:
         detail = ""
         if isinstance(err, urllib.error.HTTPError):
             detail = err.read().decode(errors="replace")
