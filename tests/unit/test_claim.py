@@ -284,6 +284,7 @@ async def test_warm_claim_adopts_a_pool_sandbox_in_one_sandbox_write_and_one_sta
     assert keys.LABEL_WARM_POOL_SANDBOX not in meta["labels"]
     assert keys.LABEL_SANDBOX_POD_TEMPLATE_HASH not in meta["labels"]
     assert meta["labels"][keys.LABEL_CLAIM_UID] == c["metadata"]["uid"]
+    assert meta["labels"][keys.LABEL_LAUNCH_TYPE] == "warm"
     assert meta["labels"][keys.LABEL_SANDBOX_TEMPLATE_REF_HASH] == name_hash("tpl")
     assert meta["annotations"][keys.ANNOTATION_POD_NAME] == meta["name"]
     assert meta["annotations"][keys.ANNOTATION_SANDBOX_TEMPLATE_REF] == "tpl", "kept"
@@ -543,7 +544,10 @@ async def test_cold_sandbox_is_named_after_the_claim_secure_and_owned_by_it() ->
     assert spec["dnsPolicy"] == "None" and spec["dnsConfig"]["nameservers"][0] == "8.8.8.8"
     assert sb["spec"]["service"] is True
     assert sb["metadata"]["ownerReferences"][0]["uid"] == c["metadata"]["uid"]
-    assert sb["metadata"]["labels"] == {keys.LABEL_CLAIM_UID: c["metadata"]["uid"]}
+    assert sb["metadata"]["labels"] == {
+        keys.LABEL_CLAIM_UID: c["metadata"]["uid"],
+        keys.LABEL_LAUNCH_TYPE: "cold",
+    }
     assert sb["spec"]["podTemplate"]["metadata"]["labels"][
         keys.LABEL_SANDBOX_TEMPLATE_REF_HASH
     ] == name_hash("tpl")
@@ -718,15 +722,20 @@ async def test_invalid_additional_pod_metadata_is_invalid_metadata_and_no_sandbo
     assert h.owned_by(h.claim()) == []
 
 
-async def test_additional_pod_metadata_reaches_the_adopted_sandboxs_pod_template() -> None:
+async def test_additional_pod_metadata_forces_a_cold_start_and_reaches_the_pod_template() -> None:
+    """Claims issue 2: the metadata must be on the pod when it starts (Downward API), so a warm
+    pod cannot serve; a ColdStartForced event names the field."""
     h = Harness()
-    _, _, sbs = setup_pool(h)
+    setup_pool(h)
     extra = {"labels": {"team": "a"}, "annotations": {"note": "b"}}
     h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(additionalPodMetadata=extra))
     await h.reconcile()
-    assert h.claim()["status"]["sandbox"]["name"] in {s["metadata"]["name"] for s in sbs}
-    meta = h.sandbox(h.claim()["status"]["sandbox"]["name"])["spec"]["podTemplate"]["metadata"]
+    assert h.claim()["status"]["sandbox"]["name"] == "claim"
+    meta = h.sandbox("claim")["spec"]["podTemplate"]["metadata"]
     assert meta["labels"]["team"] == "a" and meta["annotations"] == {"note": "b"}
+    forced = [e for e in h.recorder.events if e[1] == "ColdStartForced"]
+    assert len(forced) == 1 and "spec.additionalPodMetadata" in forced[0][2]
+    assert h.ready()["reason"] == "SandboxNotReady", "never a terminal reason"
 
 
 async def test_additional_label_conflicting_with_the_template_is_invalid_metadata() -> None:
@@ -1007,3 +1016,322 @@ def test_env_targeted_at_a_container_goes_there_only_and_init_containers_are_rea
         match='target container "missing" not found in template for environment variable "X"',
     ):
         inject_env(spec, [{"name": "X", "value": "1", "containerName": "missing"}], "Allowed")
+
+
+# ------------------------------------------------------------------------------------ lifecycle
+NOW_ISO = "2027-01-15T08:00:00Z"  # the harness clock: 1_800_000_000 s
+TWO_HOURS_AGO = "2027-01-15T06:00:00Z"
+
+
+def bound_claim(
+    h: Harness,
+    *,
+    lifecycle: dict[str, Any],
+    finished_ago: float | None = None,
+    sandbox_finished: bool = False,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A claim bound to a Ready cold sandbox it controls (as after an earlier pass)."""
+    h.add(SANDBOX_TEMPLATES.plural, template())
+    body = claim_v1alpha1(warmpool="none", lifecycle=lifecycle)
+    c = h.add(SANDBOX_CLAIMS.plural, body)
+    sb = pool_sandbox(pool(), template(), owner="orphan")
+    sb["metadata"]["name"] = "claim"
+    sb["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": SANDBOX_CLAIM.api_version,
+            "kind": "SandboxClaim",
+            "name": "claim",
+            "uid": c["metadata"]["uid"],
+            "controller": True,
+        }
+    ]
+    if sandbox_finished:
+        sb["status"]["conditions"].append(
+            {
+                "type": "Finished",
+                "status": "True",
+                "reason": "PodSucceeded",
+                "message": "Pod completed successfully",
+                "lastTransitionTime": "2027-01-15T07:59:30Z",
+            }
+        )
+    h.add(SANDBOXES.plural, sb)
+    if finished_ago is not None:
+        stored = h.api.objects[(SANDBOX_CLAIMS.plural, NS, "claim")]
+        import datetime as dt
+
+        ltt = dt.datetime.fromtimestamp(1_800_000_000 - finished_ago, dt.UTC).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"
+        )
+        stored["status"] = {
+            "sandbox": {"name": "claim"},
+            "conditions": [
+                {
+                    "type": "Finished",
+                    "status": "True",
+                    "reason": "PodSucceeded",
+                    "message": "done",
+                    "lastTransitionTime": ltt,
+                }
+            ],
+        }
+        stored["metadata"]["resourceVersion"] = "7000"
+        h.sync(SANDBOX_CLAIMS.plural)
+    return h.claim(), h.sandbox("claim")
+
+
+async def _two_passes(h: Harness) -> list[Result | None]:
+    results = []
+    for _ in range(2):
+        results.append(await h.reconcile())
+        h.sync()
+    return results
+
+
+@pytest.mark.parametrize("named_in_status", [False, True])
+async def test_cleanup_policy_retain_keeps_the_claim_and_deletes_its_sandbox(
+    named_in_status: bool,
+) -> None:
+    """Upstream TestSandboxClaimCleanupPolicy, Retain (shutdownTime 2 h ago, two passes)."""
+    h = Harness()
+    bound_claim(h, lifecycle={"shutdownTime": TWO_HOURS_AGO, "shutdownPolicy": "Retain"})
+    if named_in_status:
+        await h.reconcile()  # a live pass first writes status.sandbox.name... (already expired)
+        h.sync()
+    await _two_passes(h)
+    assert h.api.stored(SANDBOX_CLAIMS.plural, NS, "claim") is not None
+    assert h.api.stored(SANDBOXES.plural, NS, "claim") is None
+    ready = h.ready()
+    assert (ready["reason"], ready["message"]) == (
+        "ClaimExpired",
+        "Claim expired. Sandbox cleanup initiated.",
+    )
+    assert ("Normal", "ClaimExpired", "Claim expired", "Claim Expired") in h.recorder.events
+
+
+async def test_cleanup_policy_retain_never_deletes_a_sandbox_of_another_claim() -> None:
+    h = Harness()
+    h.add(SANDBOX_TEMPLATES.plural, template())
+    c = claim_v1alpha1(
+        warmpool="none", lifecycle={"shutdownTime": TWO_HOURS_AGO, "shutdownPolicy": "Retain"}
+    )
+    c["status"] = {"sandbox": {"name": "theirs"}}
+    h.add(SANDBOX_CLAIMS.plural, c)
+    theirs = pool_sandbox(pool(), template(), owner="orphan")
+    theirs["metadata"]["name"] = "theirs"
+    theirs["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": SANDBOX_CLAIM.api_version,
+            "kind": "SandboxClaim",
+            "name": "other",
+            "uid": "other-uid",
+            "controller": True,
+        }
+    ]
+    h.add(SANDBOXES.plural, theirs)
+    await _two_passes(h)
+    assert h.api.stored(SANDBOXES.plural, NS, "theirs") is not None
+    status = h.claim()["status"]
+    assert status["sandbox"].get("name", "") == "" and not status["sandbox"].get("podIPs")
+    ready = h.ready()
+    assert ready["reason"] == "ClaimExpired"
+    assert ready["message"] == (
+        'Claim expired. sandbox not owned by this claim: sandbox "theirs" is not owned by claim '
+        '"claim"; deletion skipped.'
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "propagation"), [("Delete", None), ("DeleteForeground", "Foreground")]
+)
+async def test_cleanup_policy_delete_removes_the_claim_itself(
+    policy: str, propagation: str | None
+) -> None:
+    """Upstream: Delete / DeleteForeground ⇒ the claim is deleted (its sandbox goes by GC)."""
+    h = Harness()
+    bound_claim(h, lifecycle={"shutdownTime": TWO_HOURS_AGO, "shutdownPolicy": policy})
+    first, second = await _two_passes(h)
+    assert first == Result(requeue_after=0.001), "pass 1 only makes the expiry visible"
+    assert second is None
+    assert h.api.stored(SANDBOX_CLAIMS.plural, NS, "claim") is None
+    assert h.api.stored(SANDBOXES.plural, NS, "claim") is not None, "no GC here: the sandbox stays"
+    note = f"Deleting Claim (ShutdownPolicy={policy})"
+    assert ("Normal", "ClaimExpired", note, "Deleting") in h.recorder.events
+
+
+async def test_finished_is_mirrored_and_the_ttl_is_scheduled() -> None:
+    """Upstream TestSandboxClaimMirrorsFinishedConditionAndSchedulesTTL (TTL 120 s, sandbox
+    Finished 30 s ago)."""
+    h = Harness()
+    bound_claim(h, lifecycle={"ttlSecondsAfterFinished": 120}, sandbox_finished=True)
+    sb = h.api.objects[(SANDBOXES.plural, NS, "claim")]
+    sb["status"]["conditions"][0].update(status="False", reason="PodSucceeded", message="done")
+    sb["metadata"]["resourceVersion"] = "8000"
+    h.sync()
+    result = await h.reconcile()
+    assert result is not None and result.requeue_after == pytest.approx(90.0)
+    conds = {c["type"]: c for c in h.claim()["status"]["conditions"]}
+    assert conds["Finished"]["reason"] == "PodSucceeded"
+    assert list(conds) == ["Finished", "Ready"], "sorted by type"
+
+
+@pytest.mark.parametrize("policy", ["Retain", "DeleteForeground"])
+async def test_ttl_after_finished_expires_the_claim(policy: str) -> None:
+    """Upstream TestSandboxClaimTTLAfterFinishedCleanupPolicy (TTL 0, claim already Finished)."""
+    h = Harness()
+    bound_claim(
+        h,
+        lifecycle={"ttlSecondsAfterFinished": 0, "shutdownPolicy": policy},
+        finished_ago=10,
+        sandbox_finished=True,
+    )
+    first = await h.reconcile()
+    h.sync()
+    assert first == Result(requeue_after=0.001)
+    conds = {c["type"]: c for c in h.claim()["status"]["conditions"]}
+    assert conds["Ready"]["reason"] == "ClaimExpired" and "Finished" in conds
+    assert h.api.stored(SANDBOXES.plural, NS, "claim") is not None
+    assert await h.reconcile() is None
+    if policy == "Retain":
+        assert {c["type"] for c in h.claim()["status"]["conditions"]} == {"Finished", "Ready"}
+        assert h.api.stored(SANDBOXES.plural, NS, "claim") is None
+    else:
+        assert h.api.stored(SANDBOX_CLAIMS.plural, NS, "claim") is None
+        assert h.api.stored(SANDBOXES.plural, NS, "claim") is not None
+
+
+async def test_ttl_cleanup_requires_the_expired_status_to_be_persisted_first() -> None:
+    """Upstream TestSandboxClaimTTLCleanupRequiresPersistedExpiredStatus (Delete, TTL 0,
+    Finished only on the sandbox): pass 1 mirrors Finished and sets ClaimExpired, pass 2
+    deletes the claim."""
+    h = Harness()
+    bound_claim(
+        h,
+        lifecycle={"ttlSecondsAfterFinished": 0, "shutdownPolicy": "Delete"},
+        sandbox_finished=True,
+    )
+    first = await h.reconcile()
+    h.sync()
+    assert first == Result(requeue_after=0.001)
+    conds = {c["type"]: c for c in h.claim()["status"]["conditions"]}
+    assert conds["Ready"]["reason"] == "ClaimExpired" and conds["Finished"]["status"] == "True"
+    assert h.api.stored(SANDBOXES.plural, NS, "claim") is not None
+    assert await h.reconcile() is None
+    assert h.api.stored(SANDBOX_CLAIMS.plural, NS, "claim") is None
+
+
+async def test_an_error_is_retried_no_later_than_the_expiry() -> None:
+    """Error backoff never postpones an expiry past its time."""
+    from agentsandbox.kube.errors import InternalError
+
+    h = Harness()
+    h.add(SANDBOX_TEMPLATES.plural, template())
+    h.add(
+        SANDBOX_CLAIMS.plural,
+        claim_v1alpha1(warmpool="none", lifecycle={"shutdownTime": "2027-01-15T08:00:42Z"}),
+    )
+    h.api.fail[("create", "sandboxes")] = [InternalError(500, "InternalError", "etcd busy")]
+    with pytest.raises(InternalError) as info:
+        await h.reconcile()
+    assert getattr(info.value, "retry_within", None) == pytest.approx(42.0)
+
+
+# ------------------------------------------------------------------------------------ refusals
+@pytest.mark.parametrize(
+    ("policy", "claim_vcts", "outcome"),
+    [
+        ("Disallowed", ["scratch"], "VolumeClaimTemplatesError"),
+        ("Allowed", ["scratch"], ["data", "scratch"]),
+        ("Allowed", ["data"], "VolumeClaimTemplatesError"),
+        ("Overrides", ["data"], ["data"]),
+    ],
+)
+async def test_claim_volume_claim_templates_follow_the_template_policy(
+    policy: str, claim_vcts: list[str], outcome: Any
+) -> None:
+    """Upstream #960: Disallowed (default) | Allowed (add only) | Overrides; a claim with volume
+    claim templates always starts cold."""
+    h = Harness()
+    vct = {"metadata": {"name": "data"}, "spec": {"resources": {"requests": {"storage": "1Gi"}}}}
+    h.add(
+        SANDBOX_TEMPLATES.plural,
+        template(volumeClaimTemplates=[vct], volumeClaimTemplatesPolicy=policy),
+    )
+    h.add(SANDBOX_WARM_POOLS.plural, pool())
+    mine = [
+        {"metadata": {"name": n}, "spec": {"resources": {"requests": {"storage": "2Gi"}}}}
+        for n in claim_vcts
+    ]
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(volumeClaimTemplates=mine))
+    await h.reconcile()
+    if isinstance(outcome, str):
+        assert h.ready()["reason"] == outcome
+        assert h.api.stored(SANDBOXES.plural, NS, "claim") is None
+    else:
+        got = h.sandbox("claim")["spec"]["volumeClaimTemplates"]
+        assert [v["metadata"]["name"] for v in got] == outcome
+        if policy == "Overrides":
+            assert got[0]["spec"]["resources"]["requests"]["storage"] == "2Gi"
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        ({"labels": {"app": "sandbox-router"}}, "reserved for the sandbox router"),
+        ({"labels": {"bad key!": "x"}}, "invalid key"),
+        ({"annotations": {"a/b/c": "x"}}, "invalid key"),
+        ({"labels": {"Upper.Case/x": "y"}}, "invalid key"),
+    ],
+)
+async def test_additional_metadata_keys_are_validated_and_the_router_label_is_banned(
+    extra: dict[str, Any], why: str
+) -> None:
+    h = Harness()
+    setup_pool(h)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(additionalPodMetadata=extra))
+    assert await h.reconcile() is None, "no hot loop: a terminal reason, no retry"
+    ready = h.ready()
+    assert ready["reason"] == "InvalidMetadata" and why in ready["message"]
+
+
+async def test_a_cold_create_refused_by_a_quota_says_why_and_retries_at_a_fixed_pace() -> None:
+    from agentsandbox.kube.errors import Forbidden
+
+    h = Harness()
+    h.add(SANDBOX_TEMPLATES.plural, template())
+    h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(warmpool="none"))
+    h.api.fail[("create", "sandboxes")] = [
+        Forbidden(
+            403,
+            "Forbidden",
+            'sandboxes.agents.x-k8s.io "claim" is forbidden: exceeded quota: q, '
+            "requested: count/sandboxes.agents.x-k8s.io=1, used: 2, limited: 2",
+        )
+    ]
+    result = await h.reconcile()
+    assert result == Result(requeue_after=10.0)
+    ready = h.ready()
+    assert ready["reason"] == "QuotaExceeded" and "exceeded quota" in ready["message"]
+    assert [e[:2] for e in h.recorder.events] == [("Warning", "QuotaExceeded")]
+
+
+async def test_env_on_a_warm_pool_claim_starts_cold_with_an_event() -> None:
+    h = Harness()
+    h.add(SANDBOX_TEMPLATES.plural, template(envVarsInjectionPolicy="Allowed"))
+    p = h.add(SANDBOX_WARM_POOLS.plural, pool())
+    t = h.api.stored(SANDBOX_TEMPLATES.plural, NS, "tpl")
+    assert t is not None
+    h.add(SANDBOXES.plural, pool_sandbox(p, t))
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(env=[{"name": "MODE", "value": "x"}]))
+    await h.reconcile()
+    forced = [e for e in h.recorder.events if e[1] == "ColdStartForced"]
+    assert len(forced) == 1 and "spec.env" in forced[0][2]
+
+
+async def test_claim_events_can_be_switched_off() -> None:
+    h = Harness()
+    h.r.events = False
+    setup_pool(h)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    await h.reconcile()
+    assert h.recorder.events == []

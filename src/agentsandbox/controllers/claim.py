@@ -26,10 +26,10 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agentsandbox.api.conditions import is_sandbox_ready
+from agentsandbox.api.conditions import find_condition, is_sandbox_ready
 from agentsandbox.api.gojson import GoJSONError
 from agentsandbox.api.hashing import pod_template_hash
 from agentsandbox.api.owners import controller_of
@@ -40,8 +40,14 @@ from agentsandbox.api.resources import (
     SANDBOXES,
 )
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.controller import Controller, ControllerBuilder, Request, Result
-from agentsandbox.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
+from agentsandbox.kube.controller import (
+    RETRY_WITHIN,
+    Controller,
+    ControllerBuilder,
+    Request,
+    Result,
+)
+from agentsandbox.kube.errors import AlreadyExists, Conflict, Forbidden, KubeError, NotFound
 from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
@@ -50,12 +56,20 @@ from agentsandbox.kube.store import KubeObject, index_by_controller_uid
 
 from .claim_plan import (
     EVENT_ADOPTED,
+    EVENT_CLAIM_EXPIRED,
+    EVENT_COLD_START_FORCED,
     EVENT_PROVISIONED,
+    EVENT_QUOTA_EXCEEDED,
+    POLICY_DELETE,
+    POLICY_DELETE_FOREGROUND,
     POLICY_NONE,
+    REASON_CLAIM_EXPIRED,
     REASON_CREATE_PENDING,
+    REASON_QUOTA_EXCEEDED,
     REASON_RECONCILER_ERROR,
     REASON_TEMPLATE_NOT_FOUND,
     REASON_WARM_POOL_NOT_FOUND,
+    SANDBOX_NOT_OWNED,
     ClaimFailure,
     Source,
     adoptable,
@@ -64,11 +78,16 @@ from .claim_plan import (
     claim_source,
     claim_status,
     cold_sandbox,
+    expiry,
     forces_cold_start,
     pick_kept,
     pool_owner,
+    ready_condition,
+    shutdown_policy,
     status_patch,
     validate_additional_metadata,
+    with_ready,
+    with_status,
 )
 from .warmqueue import WarmQueue
 
@@ -84,6 +103,8 @@ MISSING_RECHECK = 60.0  # a missing template or pool: look again (its creation r
 CREATE_PENDING_RECHECK = 0.2
 CONFLICT_RECHECK = 0.2
 MAX_ADOPTION_ATTEMPTS = 5
+EXPIRED_RECHECK = 0.001  # the clean-up pass right after Ready=ClaimExpired is written
+QUOTA_RECHECK = 10.0  # a create refused by a ResourceQuota: retry at this pace, no backoff
 SPREAD = 32  # Ready candidates among which a claim's UID picks (see ClaimReconciler._pick)
 
 
@@ -132,8 +153,11 @@ class ClaimReconciler:
         templates: Informer,
         recorder: EventRecorder | None,
         clock: Callable[[], float] = time.time,
+        *,
+        events: bool = True,
     ) -> None:
         self.client = client
+        self.events = events
         self.claims = claims
         self.sandboxes = sandboxes
         self.pools = pools
@@ -220,37 +244,115 @@ class ClaimReconciler:
             return None
         if claim["metadata"].get("deletionTimestamp"):
             return None
+        now = self.clock()
+        expired, left = expiry(claim, now)
+        if expired and _ready_reason(claim) != REASON_CLAIM_EXPIRED:
+            return await self._mark_expired(claim, now)  # made visible before anything is deleted
+        if expired and shutdown_policy(claim) in (POLICY_DELETE, POLICY_DELETE_FOREGROUND):
+            await self._delete_expired_claim(claim)
+            return None
         sandbox: KubeObject | None = None
         failure: ClaimFailure | None = None
         error: KubeError | None = None
         try:
-            sandbox = await self.find_existing(claim)
-            if sandbox is None:
-                sandbox = await self.provide(claim)
+            if expired:
+                sandbox = await self._retire(claim)
+            else:
+                sandbox = await self.find_existing(claim)
+                if sandbox is None:
+                    sandbox = await self.provide(claim)
         except ClaimFailure as f:
             failure = f
         except KubeError as err:
             failure, error = ClaimFailure(REASON_RECONCILER_ERROR, str(err), terminal=False), err
+        status = claim_status(claim, sandbox, failure, now, expired)
+        if not expired:
+            # the Finished condition just mirrored may start a TTL that is already over
+            expired, left = expiry(with_status(claim, status), now)
+            if expired:
+                status = claim_status(with_status(claim, status), sandbox, failure, now, True)
         try:
-            written = await self.write_status(claim, sandbox, failure)
+            written = await self.write_status(claim, status)
         except KubeError as err:
-            if error is None:
-                raise
-            raise error from err
+            raise _bounded(error or err, left) from (err if error else None)
+        if written and expired and _ready_reason(claim) != REASON_CLAIM_EXPIRED:
+            self._event(claim, "Normal", EVENT_CLAIM_EXPIRED, "Claim expired", "Claim Expired")
+            return Result(requeue_after=EXPIRED_RECHECK)
         if error is not None:
-            raise error
-        if failure is not None and failure.reason == REASON_RECONCILER_ERROR:
-            raise RetryLater(failure.message)  # reported; retried with backoff
-        if failure is not None and failure.reason in (
-            REASON_TEMPLATE_NOT_FOUND,
-            REASON_WARM_POOL_NOT_FOUND,
-        ):
-            return Result(requeue_after=MISSING_RECHECK)
-        if failure is not None and failure.reason == REASON_CREATE_PENDING:
-            return Result(requeue_after=CREATE_PENDING_RECHECK)
+            raise _bounded(error, left)
+        requeues = [] if left is None else [left]
+        if failure is not None:
+            if failure.reason == REASON_RECONCILER_ERROR:
+                raise _bounded(RetryLater(failure.message), left)  # reported; retried with backoff
+            if failure.reason in (REASON_TEMPLATE_NOT_FOUND, REASON_WARM_POOL_NOT_FOUND):
+                requeues.append(MISSING_RECHECK)
+            elif failure.reason == REASON_CREATE_PENDING:
+                requeues.append(CREATE_PENDING_RECHECK)
+            elif failure.reason == REASON_QUOTA_EXCEEDED:
+                self._event(claim, "Warning", EVENT_QUOTA_EXCEEDED, failure.message, "Provisioning")
+                requeues.append(QUOTA_RECHECK)
         if not written:
+            requeues.append(CONFLICT_RECHECK)
+        return Result(requeue_after=min(requeues)) if requeues else None
+
+    def _event(self, claim: KubeObject, kind: str, reason: str, note: str, action: str) -> None:
+        if self.recorder is not None and self.events:
+            self.recorder.event(claim, kind, reason, note, action=action)
+
+    # ---------------------------------------------------------------- expiry
+    async def _mark_expired(self, claim: KubeObject, now: float) -> Result:
+        """Spec §5.4 step 8: Ready=False/ClaimExpired first, then (next pass) the clean-up."""
+        status = with_ready(claim, ready_condition(claim, None, None, expired=True), now)
+        if not await self.write_status(claim, status):
             return Result(requeue_after=CONFLICT_RECHECK)
-        return None
+        self._event(claim, "Normal", EVENT_CLAIM_EXPIRED, "Claim expired", "Claim Expired")
+        return Result(requeue_after=EXPIRED_RECHECK)
+
+    async def _delete_expired_claim(self, claim: KubeObject) -> None:
+        """Spec §5.4 step 9: shutdownPolicy Delete/DeleteForeground deletes the claim itself (its
+        sandbox follows by garbage collection)."""
+        meta = claim["metadata"]
+        policy = shutdown_policy(claim)
+        self._event(
+            claim,
+            "Normal",
+            EVENT_CLAIM_EXPIRED,
+            f"Deleting Claim (ShutdownPolicy={policy})",
+            "Deleting",
+        )
+        with contextlib.suppress(NotFound, Conflict):
+            await self.client.delete(
+                SANDBOX_CLAIMS,
+                meta["name"],
+                meta["namespace"],
+                uid=meta["uid"],
+                propagation_policy="Foreground" if policy == POLICY_DELETE_FOREGROUND else None,
+            )
+
+    async def _retire(self, claim: KubeObject) -> KubeObject | None:
+        """Spec §5.8 ``reconcileExpired`` (Retain): delete the claim's sandbox, never another's."""
+        meta = claim["metadata"]
+        ns = meta["namespace"]
+        name = ((claim.get("status") or {}).get("sandbox") or {}).get("name") or meta["name"]
+        sb = await self._get(SANDBOXES, self.sandboxes, name, ns)
+        if sb is None:
+            return None
+        if not _controlled_by(sb, meta["uid"]):
+            raise ClaimFailure(
+                SANDBOX_NOT_OWNED,
+                f'sandbox not owned by this claim: sandbox "{name}" is not owned by claim '
+                f'"{meta["name"]}"',
+            )
+        if not sb["metadata"].get("deletionTimestamp"):
+            with contextlib.suppress(NotFound):
+                await self.client.delete(
+                    SANDBOXES,
+                    name,
+                    ns,
+                    uid=sb["metadata"]["uid"],
+                    propagation_policy="Background",
+                )
+        return sb
 
     # ---------------------------------------------------------------- lookup
     async def find_existing(self, claim: KubeObject) -> KubeObject | None:
@@ -337,11 +439,22 @@ class ClaimReconciler:
         if problem is not None:
             raise ClaimFailure("InvalidMetadata", f"invalid additionalPodMetadata: {problem}")
         template, pools = await self._resolve(claim, source)
-        if source.policy != POLICY_NONE and forces_cold_start(claim) is None and pools:
+        forced = forces_cold_start(claim)
+        if source.policy != POLICY_NONE and forced is None and pools:
             adopted = await self._adopt(claim, template, pools)
             if adopted is not None:
                 return adopted
-        return await self._create(claim, template)
+        created = await self._create(claim, template)
+        if forced is not None and source.policy != POLICY_NONE and pools:
+            self._event(
+                claim,
+                "Normal",
+                EVENT_COLD_START_FORCED,
+                f"spec.{forced} needs a sandbox made for this claim: started cold, not from a "
+                "warm pool",
+                "Provisioning",
+            )
+        return created
 
     async def _get(
         self, resource: Resource, informer: Informer, name: str, ns: str
@@ -462,14 +575,9 @@ class ClaimReconciler:
                     continue
                 adopted = mine
             self._bound[f"{ns}/{meta['name']}"] = (meta["uid"], name)
-            if self.recorder is not None:
-                self.recorder.event(
-                    claim,
-                    "Normal",
-                    EVENT_ADOPTED,
-                    f'Adopted warm pool Sandbox "{name}"',
-                    action="Adoption",
-                )
+            self._event(
+                claim, "Normal", EVENT_ADOPTED, f'Adopted warm pool Sandbox "{name}"', "Adoption"
+            )
             return adopted
         return None
 
@@ -486,6 +594,14 @@ class ClaimReconciler:
         body = cold_sandbox(claim, template)
         try:
             created = await self.client.create(SANDBOXES, body, ns)
+        except Forbidden as err:
+            if "exceeded quota" not in (err.message or ""):
+                raise
+            raise ClaimFailure(
+                REASON_QUOTA_EXCEEDED,
+                f"cannot create the sandbox: {err.message}",
+                terminal=False,
+            ) from None
         except AlreadyExists:
             try:
                 existing = await self.client.get(SANDBOXES, meta["name"], ns)
@@ -510,25 +626,20 @@ class ClaimReconciler:
                 terminal=False,
             ) from None
         self._bound[f"{ns}/{meta['name']}"] = (meta["uid"], created["metadata"]["name"])
-        if self.recorder is not None:
-            self.recorder.event(
-                claim,
-                "Normal",
-                EVENT_PROVISIONED,
-                f'Created Sandbox "{created["metadata"]["name"]}"',
-                action="Provisioning",
-            )
+        self._event(
+            claim,
+            "Normal",
+            EVENT_PROVISIONED,
+            f'Created Sandbox "{created["metadata"]["name"]}"',
+            "Provisioning",
+        )
         return created
 
     # ---------------------------------------------------------------- status
-    async def write_status(
-        self, claim: KubeObject, sandbox: KubeObject | None, failure: ClaimFailure | None
-    ) -> bool:
+    async def write_status(self, claim: KubeObject, status: Mapping[str, Any]) -> bool:
         """One merge patch of the status, preconditioned on the claim's resourceVersion.
         False when the claim changed under us (look again shortly)."""
-        old = claim.get("status") or {}
-        new = claim_status(claim, sandbox, failure, self.clock())
-        patch = status_patch(old, new)
+        patch = status_patch(claim.get("status") or {}, status)
         if patch is None:
             return True
         meta = claim["metadata"]
@@ -545,6 +656,18 @@ class ClaimReconciler:
         except Conflict:
             return False
         return True
+
+
+def _ready_reason(claim: KubeObject) -> str | None:
+    cond = find_condition((claim.get("status") or {}).get("conditions"), "Ready")
+    return None if cond is None else cond.get("reason")
+
+
+def _bounded(err: Exception, left: float | None) -> Exception:
+    """``err`` retried no later than the claim's expiry (backoff never postpones it)."""
+    if left is not None:
+        setattr(err, RETRY_WITHIN, max(left, 0.001))
+    return err
 
 
 def setup(mgr: Manager, workers: int = 1) -> Controller:

@@ -21,6 +21,7 @@ from agentsandbox.api.defaults import apply_sandbox_secure_defaults
 from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_CLAIM, SANDBOX_WARM_POOL
 from agentsandbox.api.owners import controller_of, controller_reference
+from agentsandbox.api.timefmt import parse_rfc3339
 
 from .warmpool_plan import RECREATE, is_sandbox_stale, update_strategy
 
@@ -40,12 +41,27 @@ REASON_SANDBOX_MISSING = "SandboxMissing"
 REASON_SANDBOX_NOT_READY = "SandboxNotReady"
 REASON_SANDBOX_EXPIRED = "SandboxExpired"
 REASON_CREATE_PENDING = "SandboxCreatePending"
+REASON_CLAIM_EXPIRED = "ClaimExpired"
+REASON_QUOTA_EXCEEDED = "QuotaExceeded"
+# internal: the expired claim's sandbox belongs to someone else (reported as ClaimExpired)
+SANDBOX_NOT_OWNED = "SandboxNotOwned"
 
 EVENT_ADOPTED = "SandboxAdopted"
 EVENT_PROVISIONED = "SandboxProvisioned"
+EVENT_CLAIM_EXPIRED = "ClaimExpired"
+EVENT_COLD_START_FORCED = "ColdStartForced"
+EVENT_QUOTA_EXCEEDED = "QuotaExceeded"
+
+POLICY_RETAIN = "Retain"
+POLICY_DELETE = "Delete"
+POLICY_DELETE_FOREGROUND = "DeleteForeground"
+
+MESSAGE_EXPIRED = "Claim expired. Sandbox cleanup initiated."
 
 RESTRICTED_DOMAINS = ("kubernetes.io", "k8s.io", "agents.x-k8s.io")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 # pool labels a claimed sandbox sheds (the template-ref hash stays: upstream #864)
 POOL_LABELS = (
@@ -90,13 +106,45 @@ def claim_source(claim: Obj) -> Source:
 
 
 def forces_cold_start(claim: Obj) -> str | None:
-    """The field that makes a pool sandbox unusable for this claim, or None."""
+    """The field that makes a pool sandbox unusable for this claim, or None: env and volume
+    claims only exist in a pod made for them, and additional pod metadata must be there when the
+    pod starts (the Downward API reads it at container start)."""
     spec = claim.get("spec") or {}
-    if spec.get("env"):
-        return "env"
-    if spec.get("volumeClaimTemplates"):
-        return "volumeClaimTemplates"
+    for field in ("env", "volumeClaimTemplates", "additionalPodMetadata"):
+        value = spec.get(field)
+        if field == "additionalPodMetadata":
+            value = value and (value.get("labels") or value.get("annotations"))
+        if value:
+            return field
     return None
+
+
+def expiry(claim: Obj, now: float) -> tuple[bool, float | None]:
+    """Spec §5.8: (expired, seconds left) from ``spec.lifecycle`` — the earlier of
+    ``shutdownTime`` and the claim's own ``Finished`` time + ``ttlSecondsAfterFinished``."""
+    lifecycle = (claim.get("spec") or {}).get("lifecycle") or {}
+    if not lifecycle:
+        return False, None
+    terms: list[float] = []
+    if lifecycle.get("shutdownTime"):
+        terms.append(parse_rfc3339(lifecycle["shutdownTime"]).timestamp())
+    ttl = lifecycle.get("ttlSecondsAfterFinished")
+    finished = find_condition((claim.get("status") or {}).get("conditions"), "Finished")
+    if (
+        ttl is not None
+        and finished is not None
+        and finished.get("status") == "True"
+        and finished.get("lastTransitionTime")
+    ):
+        terms.append(parse_rfc3339(finished["lastTransitionTime"]).timestamp() + float(ttl))
+    if not terms:
+        return False, None
+    at = min(terms)
+    return (True, None) if now >= at else (False, at - now)
+
+
+def shutdown_policy(claim: Obj) -> str:
+    return str(((claim.get("spec") or {}).get("lifecycle") or {}).get("shutdownPolicy") or "")
 
 
 # ---------------------------------------------------------------------------------- candidates
@@ -165,13 +213,33 @@ def _domain(key: str) -> str:
     return key.split("/", 1)[0].lower() if "/" in key else ""
 
 
+def _key_problem(key: str) -> str | None:
+    """Kubernetes qualified-name syntax: an optional DNS-subdomain prefix and a name of at most
+    63 characters."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in prefix:
+        return "a key has at most one '/'"
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return f'prefix "{prefix}" must be a lower-case DNS subdomain'
+    if not name or len(name) > 63 or not _NAME.match(name):
+        return (
+            "name part must be 1-63 characters of alphanumerics, '-', '_' or '.', starting and "
+            "ending with an alphanumeric character"
+        )
+    return None
+
+
 def validate_additional_metadata(extra: Obj | None) -> str | None:
-    """The seed's rules for ``additionalPodMetadata`` (spec §5.7): no system domains, label
-    values valid. The error text, or None."""
+    """The rules for ``additionalPodMetadata`` (spec §5.7 and §9): valid keys, no system domains,
+    valid label values, and never ``app=sandbox-router`` (that label is the ingress the default
+    NetworkPolicy admits). The error text, or None."""
     if not extra:
         return None
     for kind, entries in (("label", extra.get("labels")), ("annotation", extra.get("annotations"))):
         for key, value in (entries or {}).items():
+            problem = _key_problem(str(key))
+            if problem is not None:
+                return f'failed to validate {kind} "{key}": invalid key: {problem}'
             domain = _domain(key)
             if any(domain == d or domain.endswith("." + d) for d in RESTRICTED_DOMAINS):
                 return (
@@ -184,6 +252,11 @@ def validate_additional_metadata(extra: Obj | None) -> str | None:
                     "match allowed pattern: must be no more than 63 characters and consist of "
                     "alphanumeric characters, '-', '_' or '.', starting and ending with an "
                     "alphanumeric character"
+                )
+            if kind == "label" and key == keys.LABEL_APP and value == keys.SANDBOX_ROUTER_APP:
+                return (
+                    f'failed to validate label "{key}": "{key}={value}" is reserved for the '
+                    "sandbox router (the default NetworkPolicy admits traffic from it)"
                 )
     return None
 
@@ -252,6 +325,7 @@ def adoption_patch(sb: Obj, claim: Obj, template: Obj | None) -> dict[str, Any]:
     labels = dict(meta.get("labels") or {})
     new_labels = {k: v for k, v in labels.items() if k not in POOL_LABELS}
     new_labels[keys.LABEL_CLAIM_UID] = claim["metadata"]["uid"]
+    new_labels[keys.LABEL_LAUNCH_TYPE] = keys.LAUNCH_TYPE_WARM
     annotations: dict[str, Any] = {}
     current_annotations = meta.get("annotations") or {}
     if current_annotations.get(keys.ANNOTATION_POD_NAME) != meta["name"]:
@@ -336,17 +410,49 @@ def _set_env(container: dict[str, Any], wanted: Sequence[Obj], policy: str) -> N
             env.append(entry)
 
 
+def merge_volume_claim_templates(
+    base: Sequence[Obj], extra: Sequence[Obj], policy: str
+) -> list[dict[str, Any]]:
+    """The template's volume claim templates plus the claim's, by the template's
+    ``volumeClaimTemplatesPolicy`` (upstream #960): ``Disallowed`` (default) refuses any,
+    ``Allowed`` adds new names only, ``Overrides`` may also replace one of the template's."""
+    out = [copy.deepcopy(dict(v)) for v in base]
+    if not extra:
+        return out
+    if policy not in ("Allowed", "Overrides"):
+        raise ClaimFailure(
+            REASON_VCT_ERROR,
+            "volume claim templates are not allowed by the template policy "
+            "(volumeClaimTemplatesPolicy: Disallowed)",
+        )
+    for vct in extra:
+        name = (vct.get("metadata") or {}).get("name")
+        at = next(
+            (i for i, v in enumerate(out) if (v.get("metadata") or {}).get("name") == name), None
+        )
+        if at is None:
+            out.append(copy.deepcopy(dict(vct)))
+        elif policy == "Overrides":
+            out[at] = copy.deepcopy(dict(vct))
+        else:
+            raise ClaimFailure(
+                REASON_VCT_ERROR,
+                f'volume claim template "{name}" is defined by the template and the template '
+                "policy does not allow overriding it (volumeClaimTemplatesPolicy: Allowed)",
+            )
+    return out
+
+
 def cold_sandbox(claim: Obj, template: Obj) -> dict[str, Any]:
     """The Sandbox a claim creates when no pool sandbox serves it (spec §5.11)."""
     meta = claim["metadata"]
     tspec = template.get("spec") or {}
     spec = claim.get("spec") or {}
-    if spec.get("volumeClaimTemplates"):
-        # the template's volumeClaimTemplatesPolicy (Disallowed by default) arrives later
-        raise ClaimFailure(
-            REASON_VCT_ERROR,
-            "volume claim templates are not allowed by the template policy (Disallowed)",
-        )
+    volume_claims = merge_volume_claim_templates(
+        tspec.get("volumeClaimTemplates") or [],
+        spec.get("volumeClaimTemplates") or [],
+        str(tspec.get("volumeClaimTemplatesPolicy") or "Disallowed"),
+    )
     pod_template = copy.deepcopy(tspec.get("podTemplate") or {})
     pod_spec = dict(pod_template.get("spec") or {})
     if spec.get("env"):
@@ -360,15 +466,18 @@ def cold_sandbox(claim: Obj, template: Obj) -> dict[str, Any]:
     sandbox_spec: dict[str, Any] = {"replicas": 1, "podTemplate": pod_template}
     if tspec.get("service") is not None:
         sandbox_spec["service"] = tspec["service"]
-    if tspec.get("volumeClaimTemplates"):
-        sandbox_spec["volumeClaimTemplates"] = copy.deepcopy(tspec["volumeClaimTemplates"])
+    if volume_claims:
+        sandbox_spec["volumeClaimTemplates"] = volume_claims
     return {
         "apiVersion": SANDBOX.api_version,
         "kind": SANDBOX.kind,
         "metadata": {
             "name": meta["name"],
             "namespace": meta["namespace"],
-            "labels": {keys.LABEL_CLAIM_UID: meta["uid"]},
+            "labels": {
+                keys.LABEL_CLAIM_UID: meta["uid"],
+                keys.LABEL_LAUNCH_TYPE: keys.LAUNCH_TYPE_COLD,
+            },
             "annotations": annotations,
             "ownerReferences": [controller_reference(claim, SANDBOX_CLAIM)],
         },
@@ -378,7 +487,7 @@ def cold_sandbox(claim: Obj, template: Obj) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------- status
 def ready_condition(
-    claim: Obj, sandbox: Obj | None, failure: ClaimFailure | None
+    claim: Obj, sandbox: Obj | None, failure: ClaimFailure | None, expired: bool = False
 ) -> dict[str, Any]:
     """Spec §5.9's table (first match wins); a forwarded condition carries the claim's
     generation (upstream #1317)."""
@@ -393,7 +502,15 @@ def ready_condition(
     if failure is not None:
         if failure.reason == REASON_RECONCILER_ERROR:
             return cond("False", failure.reason, f"Error seen: {failure.message}")
+        if failure.reason == SANDBOX_NOT_OWNED:
+            return cond(
+                "False",
+                REASON_CLAIM_EXPIRED,
+                f"Claim expired. {failure.message}; deletion skipped.",
+            )
         return cond("False", failure.reason, failure.message)
+    if expired:
+        return cond("False", REASON_CLAIM_EXPIRED, MESSAGE_EXPIRED)
     if sandbox is None:
         return cond("False", REASON_SANDBOX_MISSING, "Sandbox does not exist")
     ready = find_condition((sandbox.get("status") or {}).get("conditions"), "Ready")
@@ -411,23 +528,43 @@ def ready_condition(
     return cond("False", REASON_SANDBOX_NOT_READY, "Sandbox is not ready")
 
 
+def with_ready(claim: Obj, ready: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """The claim's current status with only its Ready condition replaced."""
+    old = dict(claim.get("status") or {})
+    conditions, _ = set_status_condition(
+        old.get("conditions"), ready, dt.datetime.fromtimestamp(now, dt.UTC)
+    )
+    conditions.sort(key=lambda c: str(c.get("type")))
+    sandbox = old.get("sandbox") or {}
+    return {
+        "conditions": conditions,
+        "sandbox": {"name": sandbox.get("name") or "", "podIPs": sandbox.get("podIPs") or None},
+    }
+
+
 def claim_status(
-    claim: Obj, sandbox: Obj | None, failure: ClaimFailure | None, now: float
+    claim: Obj,
+    sandbox: Obj | None,
+    failure: ClaimFailure | None,
+    now: float,
+    expired: bool = False,
 ) -> dict[str, Any]:
-    """The whole claim status: the bound sandbox (name, pod IPs), Ready, Finished mirrored."""
+    """The whole claim status: the bound sandbox (name, pod IPs), Ready, Finished mirrored
+    (kept as it is when an expired claim has no sandbox left)."""
     old = claim.get("status") or {}
     when = dt.datetime.fromtimestamp(now, dt.UTC)
     conditions, _ = set_status_condition(
-        old.get("conditions"), ready_condition(claim, sandbox, failure), when
+        old.get("conditions"), ready_condition(claim, sandbox, failure, expired), when
     )
-    finished = (
-        find_condition((sandbox.get("status") or {}).get("conditions"), "Finished")
-        if sandbox is not None
-        else None
-    )
-    conditions = [c for c in conditions if c.get("type") != "Finished"]
-    if finished is not None:
-        conditions.append(dict(finished))
+    if sandbox is not None or not expired:
+        finished = (
+            find_condition((sandbox.get("status") or {}).get("conditions"), "Finished")
+            if sandbox is not None
+            else None
+        )
+        conditions = [c for c in conditions if c.get("type") != "Finished"]
+        if finished is not None:
+            conditions.append(dict(finished))
     conditions.sort(key=lambda c: str(c.get("type")))
     status: dict[str, Any] = {"conditions": conditions}
     if sandbox is not None:
@@ -438,6 +575,11 @@ def claim_status(
     else:
         status["sandbox"] = {"name": "", "podIPs": None}
     return status
+
+
+def with_status(claim: Obj, status: Mapping[str, Any]) -> dict[str, Any]:
+    """``claim`` as it will be once ``status`` is written."""
+    return {**claim, "status": {**(claim.get("status") or {}), **status}}
 
 
 def status_patch(old: Obj, new: Obj) -> dict[str, Any] | None:
