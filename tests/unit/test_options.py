@@ -60,6 +60,9 @@ UPSTREAM_FLAGS: dict[str, tuple[str, object]] = {
 HEAD_EXTRA_FLAGS: dict[str, tuple[str, object]] = {
     "sandbox-warm-pool-readiness-grace-period": ("duration", 300.0),  # 5m
     "sandbox-warm-pool-unschedulable-recheck-interval": ("duration", 60.0),  # 1m
+    # #1250: SandboxClaim write reduction (wired by the claim controller).
+    "disable-claim-events": ("bool", False),
+    "disable-claim-observability-annotations": ("bool", False),
 }
 
 
@@ -98,6 +101,19 @@ def test_options_carry_the_defaults() -> None:
         assert value == (UPSTREAM_FLAGS | HEAD_EXTRA_FLAGS)[name][1], name
     assert o.not_applicable == ()
     assert o.errors() == [] and o.warnings() == []
+
+
+def test_claim_write_reduction_flags_reach_options_with_upstreams_help() -> None:
+    assert (o := options()).disable_claim_events is False
+    assert o.disable_claim_observability_annotations is False
+    o = options("--disable-claim-events", "-disable-claim-observability-annotations=true")
+    assert o.disable_claim_events is True and o.disable_claim_observability_annotations is True
+    assert o.errors() == [] and o.warnings() == []
+    o = options("--disable-claim-events=false")
+    assert o.disable_claim_events is False
+    usage = build_flagset().usage()
+    assert "Disable Kubernetes Event emission from the SandboxClaim controller" in usage
+    assert "Skip persisting the SandboxClaim observability annotations" in usage
 
 
 def test_an_upstream_deployments_args_parse_unchanged() -> None:

@@ -77,6 +77,23 @@ def build_flagset() -> FlagSet:
         60.0,
         "How often a warm pool re-checks sandboxes whose pods cannot be scheduled",
     )
+    fs.add_bool(
+        "disable-claim-events",
+        False,
+        "Disable Kubernetes Event emission from the SandboxClaim controller (its Eventf calls "
+        "become no-ops), reducing API server writes during large claim bursts. Default false "
+        "(events enabled).",
+    )
+    fs.add_bool(
+        "disable-claim-observability-annotations",
+        False,
+        "Skip persisting the SandboxClaim observability annotations (controller first-observed "
+        "timestamp, trace context), removing one API write per claim. The values are still "
+        "stamped on the in-memory object, so startup-latency metrics and trace propagation to "
+        "the Sandbox keep working within the controller process. Costs the on-object debugging "
+        "breadcrumbs and, after a controller restart, the startup-latency metric for claims "
+        "first observed by the previous process. Default false (annotations persisted).",
+    )
     fs.add_string("kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, in-cluster)")
     fs.add_bool("zap-devel", False, "Development logging: human-readable, debug level")
     fs.add_string("zap-encoder", "", "Log encoding: json or console")
@@ -104,6 +121,8 @@ class Options:
     sandbox_warm_pool_max_batch_size: int
     sandbox_warm_pool_readiness_grace_period: float
     sandbox_warm_pool_unschedulable_recheck_interval: float
+    disable_claim_events: bool
+    disable_claim_observability_annotations: bool
     kubeconfig: str
     zap_devel: bool
     zap_encoder: str
@@ -135,6 +154,8 @@ class Options:
             sandbox_warm_pool_unschedulable_recheck_interval=v(
                 "sandbox-warm-pool-unschedulable-recheck-interval"
             ),
+            disable_claim_events=v("disable-claim-events"),
+            disable_claim_observability_annotations=v("disable-claim-observability-annotations"),
             kubeconfig=v("kubeconfig"),
             zap_devel=v("zap-devel"),
             zap_encoder=v("zap-encoder"),
