@@ -107,7 +107,7 @@ async def run(opts: Options) -> None:
 
 
 def register_controllers(mgr: Manager, opts: Options) -> None:
-    from agentsandbox.controllers import claim, sandbox, warmpool
+    from agentsandbox.controllers import claim, sandbox, template, warmpool
     from agentsandbox.controllers.warmpool_plan import Settings
 
     sandbox.setup(mgr, opts.sandbox_concurrent_workers, opts.cluster_domain)
@@ -124,6 +124,7 @@ def register_controllers(mgr: Manager, opts: Options) -> None:
             workers=opts.sandbox_warm_pool_concurrent_workers,
         )
         claim.setup(mgr, workers=opts.sandbox_claim_concurrent_workers)
+        template.setup(mgr, workers=opts.sandbox_template_concurrent_workers)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
