@@ -13,11 +13,15 @@ import logging
 import os
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from agentsandbox import __version__
 from agentsandbox.api.kinds import CORE_GROUP, EXTENSIONS_GROUP, V1BETA1
+from agentsandbox.kube import metrics
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.config import ConfigError
 from agentsandbox.kube.errors import KubeError, NotFound
@@ -38,16 +42,64 @@ class StartupError(Exception):
     """A reason not to start; ``str()`` is the one line printed before exiting 1."""
 
 
+def build_info() -> dict[str, str]:
+    """The ``agent_sandbox_build_info`` const labels, as ``--version`` prints them.
+
+    Upstream's label names are kept: ``go_version`` carries the Python version (``3.11.7``),
+    ``compiler`` the implementation (``CPython``), ``platform`` ``<sys.platform>/<machine>``.
+    Unset build values are ``unknown``, as upstream's ldflags defaults.
+    """
+    return {
+        "git_version": __version__,
+        "git_commit": GIT_SHA,
+        "build_date": BUILD_DATE,
+        "go_version": platform.python_version(),
+        "compiler": platform.python_implementation(),
+        "platform": f"{sys.platform}/{platform.machine()}",
+    }
+
+
 def version_text() -> str:
+    info = build_info()
     return "\n".join(
         [
-            f"agent-sandbox-controller, version {__version__} (revision: {GIT_SHA})",
-            f"  build date:       {BUILD_DATE}",
-            f"  python version:   {platform.python_version()}",
-            f"  compiler:         {platform.python_implementation()}",
-            f"  platform:         {sys.platform}/{platform.machine()}",
+            f"agent-sandbox-controller, version {info['git_version']} "
+            f"(revision: {info['git_commit']})",
+            f"  build date:       {info['build_date']}",
+            f"  python version:   {info['go_version']}",
+            f"  compiler:         {info['compiler']}",
+            f"  platform:         {info['platform']}",
         ]
     )
+
+
+class BuildInfoCollector(Collector):
+    """``agent_sandbox_build_info`` = 1 with the build as const labels (upstream's GaugeFunc)."""
+
+    def __init__(self, info: dict[str, str]) -> None:
+        self._info = dict(info)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "agent_sandbox_build_info",
+            "Agent sandbox controller build metadata exposed as labels with a constant value of 1.",
+            labels=list(self._info),
+        )
+        family.add_metric(list(self._info.values()), 1.0)
+        yield family
+
+
+def register_metrics(mgr: Manager, opts: Options) -> None:
+    """The core families upstream registers with or without ``--extensions``
+    (``agent_sandbox_build_info``, the ``agent_sandboxes`` collector over the Sandbox informer
+    cache) and, with ``--extensions``, the SandboxClaim families (registered on import)."""
+    from agentsandbox.api.resources import SANDBOXES
+    from agentsandbox.controllers.sandbox_metrics import SandboxCollector
+
+    metrics.register_replacing("agent_sandbox_build_info", BuildInfoCollector(build_info()))
+    metrics.register_replacing("agent_sandboxes", SandboxCollector(mgr.get_informer(SANDBOXES)))
+    if opts.extensions:
+        import agentsandbox.controllers.claim_metrics  # noqa: F401
 
 
 def leader_election_namespace(opts: Options) -> str:
@@ -101,6 +153,7 @@ async def run(opts: Options) -> None:
             ),
         )
         register_controllers(mgr, opts)
+        register_metrics(mgr, opts)
         await mgr.run()
     finally:
         await client.close()

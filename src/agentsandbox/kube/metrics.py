@@ -17,12 +17,31 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
+from prometheus_client.registry import Collector
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 # Go's client exports no ``<name>_created`` series; prometheus_client adds one gauge family per
 # counter and histogram unless told not to (process-wide).
 disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
+_REPLACEABLE: dict[str, Collector] = {}
+
+
+def register_replacing(key: str, collector: Collector) -> None:
+    """Register ``collector`` on :data:`REGISTRY`, first unregistering the one registered
+    earlier under ``key``.
+
+    For collectors bound to one manager (e.g. reading its informer cache): a process (or a test
+    session) that builds a second manager replaces the first one's collector instead of failing
+    on the duplicate family name.
+    """
+    previous = _REPLACEABLE.pop(key, None)
+    if previous is not None:
+        REGISTRY.unregister(previous)
+    REGISTRY.register(collector)
+    _REPLACEABLE[key] = collector
 
 
 def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
