@@ -258,7 +258,9 @@ def setup_pool(
 
 # ------------------------------------------------------------------------------------ warm path
 async def test_warm_claim_adopts_a_pool_sandbox_in_one_sandbox_write_and_one_status_write() -> None:
+    """With --disable-claim-observability-annotations: exactly one write each."""
     h = Harness()
+    h.r.observability_annotations = False
     _, _, sbs = setup_pool(h)
     c = h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
     h.api.calls.clear()
@@ -646,6 +648,7 @@ async def test_fresh_reconciler_after_a_crash_between_the_two_writes_does_not_ad
     (adopted,) = [s["metadata"]["name"] for s in h.owned_by(h.claim())]
     assert adopted in {s["metadata"]["name"] for s in sbs}
     fresh = Harness(h.api)
+    fresh.r.observability_annotations = False
     fresh.sync()
     fresh.api.calls.clear()
     await fresh.reconcile()
@@ -1335,3 +1338,67 @@ async def test_claim_events_can_be_switched_off() -> None:
     h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
     await h.reconcile()
     assert h.recorder.events == []
+
+
+# ------------------------------------------------------------------------------------ metrics
+def _sample(name: str, labels: dict[str, str]) -> float:
+    from agentsandbox.kube import metrics as kube_metrics
+
+    return kube_metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_first_ready_records_the_latency_once_and_writes_the_guard_annotations_once() -> None:
+    """Observability annotations on (upstream's default): one extra claim write, at the first
+    Ready, carrying controller-first-observed-at, claim-first-ready-at and
+    creation-latency-recorded; a later pass records nothing again."""
+    h = Harness()
+    setup_pool(h)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    labels = {"launch_type": "warm", "sandbox_template": "tpl"}
+    count = "agent_sandbox_claim_controller_startup_latency_ms_count"
+    before = _sample(count, labels)
+    created = {
+        "namespace": NS,
+        "sandbox_template": "tpl",
+        "launch_type": "warm",
+        "warmpool_name": "pool",
+        "pod_condition": "ready",
+    }
+    created_before = _sample("agent_sandbox_claim_creation_total", created)
+    h.api.calls.clear()
+    await h.reconcile()
+    assert [w[:2] for w in h.api.writes()] == [
+        ("patch", "sandboxes"),
+        ("patch-status", "sandboxclaims"),
+        ("patch", "sandboxclaims"),
+    ]
+    annotations = h.claim()["metadata"]["annotations"]
+    for key in (
+        keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT,
+        keys.ANNOTATION_CLAIM_FIRST_READY_AT,
+        keys.ANNOTATION_CREATION_LATENCY_RECORDED,
+    ):
+        assert key in annotations
+    assert _sample(count, labels) == before + 1
+    assert _sample("agent_sandbox_claim_creation_total", created) == created_before + 1
+    h.sync()
+    h.api.calls.clear()
+    await h.reconcile()
+    assert h.api.writes() == []
+    assert _sample(count, labels) == before + 1
+
+
+async def test_cold_claim_counts_a_cold_creation() -> None:
+    h = Harness()
+    h.add(SANDBOX_TEMPLATES.plural, template())
+    h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(warmpool="none"))
+    labels = {
+        "namespace": NS,
+        "sandbox_template": "tpl",
+        "launch_type": "cold",
+        "warmpool_name": "none",
+        "pod_condition": "not_ready",
+    }
+    before = _sample("agent_sandbox_claim_creation_total", labels)
+    await h.reconcile()
+    assert _sample("agent_sandbox_claim_creation_total", labels) == before + 1

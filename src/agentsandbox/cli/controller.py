@@ -176,7 +176,12 @@ def register_controllers(mgr: Manager, opts: Options) -> None:
             ),
             workers=opts.sandbox_warm_pool_concurrent_workers,
         )
-        claim.setup(mgr, workers=opts.sandbox_claim_concurrent_workers)
+        claim.setup(
+            mgr,
+            workers=opts.sandbox_claim_concurrent_workers,
+            events=not opts.disable_claim_events,
+            observability_annotations=not opts.disable_claim_observability_annotations,
+        )
         template.setup(mgr, workers=opts.sandbox_template_concurrent_workers)
 
 

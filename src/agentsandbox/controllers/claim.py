@@ -29,6 +29,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from agentsandbox.api import keys
 from agentsandbox.api.conditions import find_condition, is_sandbox_ready
 from agentsandbox.api.gojson import GoJSONError
 from agentsandbox.api.hashing import pod_template_hash
@@ -54,6 +55,7 @@ from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import Resource
 from agentsandbox.kube.store import KubeObject, index_by_controller_uid
 
+from . import claim_metrics
 from .claim_plan import (
     EVENT_ADOPTED,
     EVENT_CLAIM_EXPIRED,
@@ -155,9 +157,14 @@ class ClaimReconciler:
         clock: Callable[[], float] = time.time,
         *,
         events: bool = True,
+        observability_annotations: bool = True,
     ) -> None:
         self.client = client
         self.events = events
+        self.observability_annotations = observability_annotations
+        # "<ns>/<claim>" -> (claim UID, when this process first saw it): the controller-measured
+        # start of a claim until its first Ready (upstream's observedTimes)
+        self._observed: dict[str, tuple[str, float]] = {}
         self.claims = claims
         self.sandboxes = sandboxes
         self.pools = pools
@@ -241,10 +248,12 @@ class ClaimReconciler:
         claim = self.claims.get(req.name, req.namespace)
         if claim is None:
             self._bound.pop(key, None)
+            self._observed.pop(key, None)
             return None
         if claim["metadata"].get("deletionTimestamp"):
             return None
         now = self.clock()
+        claim = self._with_first_observed(key, claim, now)
         expired, left = expiry(claim, now)
         if expired and _ready_reason(claim) != REASON_CLAIM_EXPIRED:
             return await self._mark_expired(claim, now)  # made visible before anything is deleted
@@ -275,6 +284,12 @@ class ClaimReconciler:
             written = await self.write_status(claim, status)
         except KubeError as err:
             raise _bounded(error or err, left) from (err if error else None)
+        if (
+            written
+            and _ready_status(claim) != "True"
+            and _ready_status({"status": status}) == "True"
+        ):
+            await self._first_ready(key, with_status(claim, status), sandbox, now)
         if written and expired and _ready_reason(claim) != REASON_CLAIM_EXPIRED:
             self._event(claim, "Normal", EVENT_CLAIM_EXPIRED, "Claim expired", "Claim Expired")
             return Result(requeue_after=EXPIRED_RECHECK)
@@ -294,6 +309,56 @@ class ClaimReconciler:
         if not written:
             requeues.append(CONFLICT_RECHECK)
         return Result(requeue_after=min(requeues)) if requeues else None
+
+    # ---------------------------------------------------------------- observability
+    def _with_first_observed(self, key: str, claim: KubeObject, now: float) -> KubeObject:
+        """The claim with its controller-first-observed-at annotation: the persisted one, else
+        when this process first saw it (written with the first-Ready annotations, one write)."""
+        uid = claim["metadata"]["uid"]
+        seen = self._observed.get(key)
+        if seen is None or seen[0] != uid:
+            seen = self._observed[key] = (uid, now)
+        added = claim_metrics.controller_first_observed(claim, seen[1])
+        if not added:
+            return claim
+        meta = claim["metadata"]
+        return {
+            **claim,
+            "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}), **added}},
+        }
+
+    async def _first_ready(
+        self, key: str, claim: KubeObject, sandbox: KubeObject | None, now: float
+    ) -> None:
+        """The claim's Ready just turned True: record the startup latencies once, and persist
+        the guard annotations so that no restart or other replica counts it again."""
+        self._observed.pop(key, None)
+        annotations = claim_metrics.first_ready_annotations(claim, now)
+        claim_metrics.observe_first_ready(claim, sandbox, now)
+        if not self.observability_annotations:
+            return
+        meta = claim["metadata"]
+        first = meta.get("annotations", {}).get(keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT)
+        original = self.claims.get(meta["name"], meta["namespace"]) or claim
+        if first and keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT not in (
+            original["metadata"].get("annotations") or {}
+        ):
+            annotations[keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT] = first
+        if not annotations:
+            return
+        try:
+            await self.client.patch(
+                SANDBOX_CLAIMS,
+                meta["name"],
+                {"metadata": {"annotations": annotations}},
+                meta["namespace"],
+            )
+        except KubeError as err:  # the metric is recorded; a lost guard only risks a recount
+            log.warning(
+                "could not write the claim's observability annotations: %s",
+                err,
+                extra={"claim": key},
+            )
 
     def _event(self, claim: KubeObject, kind: str, reason: str, note: str, action: str) -> None:
         if self.recorder is not None and self.events:
@@ -578,6 +643,13 @@ class ClaimReconciler:
             self._event(
                 claim, "Normal", EVENT_ADOPTED, f'Adopted warm pool Sandbox "{name}"', "Adoption"
             )
+            claim_metrics.count_claim_creation(
+                ns,
+                template["metadata"]["name"],
+                keys.LAUNCH_TYPE_WARM,
+                pool_owner(candidate) or "",
+                is_sandbox_ready(candidate),
+            )
             return adopted
         return None
 
@@ -633,6 +705,9 @@ class ClaimReconciler:
             f'Created Sandbox "{created["metadata"]["name"]}"',
             "Provisioning",
         )
+        claim_metrics.count_claim_creation(
+            ns, template["metadata"]["name"], keys.LAUNCH_TYPE_COLD, "", False
+        )
         return created
 
     # ---------------------------------------------------------------- status
@@ -658,6 +733,11 @@ class ClaimReconciler:
         return True
 
 
+def _ready_status(claim: Mapping[str, Any]) -> str | None:
+    cond = find_condition((claim.get("status") or {}).get("conditions"), "Ready")
+    return None if cond is None else cond.get("status")
+
+
 def _ready_reason(claim: KubeObject) -> str | None:
     cond = find_condition((claim.get("status") or {}).get("conditions"), "Ready")
     return None if cond is None else cond.get("reason")
@@ -670,7 +750,13 @@ def _bounded(err: Exception, left: float | None) -> Exception:
     return err
 
 
-def setup(mgr: Manager, workers: int = 1) -> Controller:
+def setup(
+    mgr: Manager,
+    workers: int = 1,
+    *,
+    events: bool = True,
+    observability_annotations: bool = True,
+) -> Controller:
     """Register the SandboxClaim controller with a manager."""
     claims = mgr.get_informer(SANDBOX_CLAIMS)
     sandboxes = mgr.get_informer(SANDBOXES)
@@ -683,6 +769,8 @@ def setup(mgr: Manager, workers: int = 1) -> Controller:
         pools,
         templates,
         mgr.event_recorder("sandboxclaim-controller"),
+        events=events,
+        observability_annotations=observability_annotations,
     )
     return (
         ControllerBuilder(mgr)
