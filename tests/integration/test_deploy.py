@@ -546,6 +546,51 @@ def exercise_controller(cluster: DevCluster, ns: str, alive: Callable[[], bool],
         "warm pool scaled down to 1",
     )
 
+    # SandboxTemplate: template "py" gets its NetworkPolicy (create; its blockOwnerDeletion needs
+    # sandboxtemplates/finalizers under OwnerReferencesPermissionEnforcement) and its ref-hash
+    # label (merge patch); custom rules update the policy (PUT); Unmanaged deletes it.
+    netpols = f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies"
+    template_uid = cluster.api("GET", f"{ext}/sandboxtemplates/py")["metadata"]["uid"]
+    wait(
+        lambda: get_if(cluster, f"{netpols}/py-network-policy", owned_by(template_uid)),
+        "NetworkPolicy py-network-policy created for template py",
+    )
+    wait(
+        lambda: get_if(
+            cluster,
+            f"{ext}/sandboxtemplates/py",
+            lambda t: (t["metadata"].get("labels") or {}).get(
+                "agents.x-k8s.io/sandbox-template-ref-hash"
+            ),
+        ),
+        "template py labelled with its ref hash",
+    )
+    custom_ingress = [{"from": [{"podSelector": {"matchLabels": {"app": "ingress"}}}]}]
+    merge_patch(
+        cluster,
+        ns,
+        "sandboxtemplates.extensions.agents.x-k8s.io/py",
+        {"spec": {"networkPolicy": {"ingress": custom_ingress}}},
+    )
+    wait(
+        lambda: get_if(
+            cluster,
+            f"{netpols}/py-network-policy",
+            lambda n: n["spec"].get("ingress") == custom_ingress and not n["spec"].get("egress"),
+        ),
+        "NetworkPolicy py-network-policy updated to the custom rules",
+    )
+    merge_patch(
+        cluster,
+        ns,
+        "sandboxtemplates.extensions.agents.x-k8s.io/py",
+        {"spec": {"networkPolicyManagement": "Unmanaged"}},
+    )
+    wait(
+        lambda: get_or_none(cluster, f"{netpols}/py-network-policy") is None,
+        "NetworkPolicy py-network-policy deleted under Unmanaged",
+    )
+
     # Events were written by both controllers.
     def reasons() -> set[tuple[str, str]] | None:
         events = cluster.api("GET", f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"]
@@ -581,12 +626,22 @@ ACCESS = [
     ("patch", "sandboxclaims.extensions.agents.x-k8s.io", "default", "status", True),
     ("get", "sandboxwarmpools.extensions.agents.x-k8s.io", "default", "", True),
     ("patch", "sandboxes.agents.x-k8s.io", "default", "", True),
+    ("watch", "networkpolicies.networking.k8s.io", "", "", True),
+    ("create", "networkpolicies.networking.k8s.io", "default", "", True),
+    ("update", "networkpolicies.networking.k8s.io", "default", "", True),
+    ("delete", "networkpolicies.networking.k8s.io", "default", "", True),
+    ("patch", "sandboxtemplates.extensions.agents.x-k8s.io", "default", "", True),
+    ("update", "sandboxtemplates.extensions.agents.x-k8s.io", "default", "finalizers", True),
     ("create", "leases.coordination.k8s.io", SYSTEM_NS, "", True),
     ("update", f"leases.coordination.k8s.io/{LEASE}", SYSTEM_NS, "", True),
     # and nothing else
     ("get", "secrets", "default", "", False),
     ("list", "secrets", SYSTEM_NS, "", False),
     ("get", "configmaps", "default", "", False),
+    ("delete", "secrets", "default", "", False),
+    ("get", "networkpolicies.networking.k8s.io", "default", "", False),
+    ("patch", "networkpolicies.networking.k8s.io", "default", "", False),
+    ("update", "sandboxtemplates.extensions.agents.x-k8s.io", "default", "", False),
     ("create", "clusterroles.rbac.authorization.k8s.io", "", "", False),
     ("create", "rolebindings.rbac.authorization.k8s.io", SYSTEM_NS, "", False),
     ("impersonate", "serviceaccounts", SYSTEM_NS, "", False),
