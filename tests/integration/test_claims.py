@@ -79,7 +79,9 @@ async def controllers(client: Client, claim_workers: int = 16) -> AsyncIterator[
 
 
 @contextlib.contextmanager
-def controller_process(cluster: DevCluster, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def controller_process(
+    cluster: DevCluster, log: Path, metrics_port: int | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """agent-sandbox-controller in its own process, leader election off (so two may race)."""
     with log.open("ab") as out:
         proc = subprocess.Popen(
@@ -88,7 +90,7 @@ def controller_process(cluster: DevCluster, log: Path) -> Iterator[subprocess.Po
                 f"--kubeconfig={cluster.kubeconfig}",
                 "--extensions",
                 "--leader-elect=false",
-                "--metrics-bind-address=0",
+                "--metrics-bind-address=" + (f"127.0.0.1:{metrics_port}" if metrics_port else "0"),
                 f"--health-probe-bind-address=127.0.0.1:{free_port()}",
                 "--kube-api-qps=1000",
                 "--kube-api-burst=2000",

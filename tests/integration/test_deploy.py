@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -496,6 +496,19 @@ def exercise_controller(cluster: DevCluster, ns: str, alive: Callable[[], bool],
         ("warm", {"warmPoolRef": {"name": "pool"}}),
         ("cold", {"sandboxTemplateRef": {"name": "py"}, "warmpool": "none"}),
         ("lost", {"warmPoolRef": {"name": "nope"}}),
+        (
+            "brief",
+            {
+                "sandboxTemplateRef": {"name": "py"},
+                "warmpool": "none",
+                "lifecycle": {
+                    "shutdownTime": (datetime.now(UTC) + timedelta(seconds=3)).strftime(
+                        "%Y-%m-%dT%H:%M:%SZ"
+                    ),
+                    "shutdownPolicy": "Delete",
+                },
+            },
+        ),
     ):
         cluster.api(
             "POST",
@@ -518,6 +531,11 @@ def exercise_controller(cluster: DevCluster, ns: str, alive: Callable[[], bool],
             lambda c: ready_reason(c) == "WarmPoolNotFound",
         ),
         "claim lost reports WarmPoolNotFound",
+    )
+    # expiry with shutdownPolicy Delete: the claim deletes itself (its sandbox goes by GC)
+    wait(
+        lambda: get_or_none(cluster, f"{ext}/sandboxclaims/brief") is None,
+        "claim brief deleted at expiry",
     )
     pool = wait(
         lambda: get_if(cluster, f"{ext}/sandboxwarmpools/pool", lambda p: ready_replicas(p) == 2),
@@ -624,6 +642,8 @@ ACCESS = [
     ("patch", "sandboxwarmpools.extensions.agents.x-k8s.io", "default", "status", True),
     ("create", "events.events.k8s.io", "default", "", True),
     ("patch", "sandboxclaims.extensions.agents.x-k8s.io", "default", "status", True),
+    ("patch", "sandboxclaims.extensions.agents.x-k8s.io", "default", "", True),
+    ("delete", "sandboxclaims.extensions.agents.x-k8s.io", "default", "", True),
     ("get", "sandboxwarmpools.extensions.agents.x-k8s.io", "default", "", True),
     ("patch", "sandboxes.agents.x-k8s.io", "default", "", True),
     ("watch", "networkpolicies.networking.k8s.io", "", "", True),
@@ -652,7 +672,7 @@ ACCESS = [
     ("delete", "sandboxtemplates.extensions.agents.x-k8s.io", "default", "", False),
     ("create", "sandboxclaims.extensions.agents.x-k8s.io", "default", "", False),
     ("update", "sandboxclaims.extensions.agents.x-k8s.io", "default", "", False),
-    ("patch", "sandboxclaims.extensions.agents.x-k8s.io", "default", "", False),
+    ("deletecollection", "sandboxclaims.extensions.agents.x-k8s.io", "default", "", False),
     ("create", "events", "default", "", False),
     ("get", f"leases.coordination.k8s.io/{LEASE}", "kube-system", "", False),
     ("update", "leases.coordination.k8s.io/someone-else", SYSTEM_NS, "", False),

@@ -318,18 +318,48 @@ async def test_adoption_carries_the_vetted_resource_version_a_lost_race_takes_th
     h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
     touched: list[str] = []
 
-    def someone_else_touches_it(verb: str, plural: str, name: str) -> None:
+    def another_claim_takes_it(verb: str, plural: str, name: str) -> None:
         if verb == "patch" and not touched:
             touched.append(name)
             stored = h.api.objects[(plural, NS, name)]
+            stored["metadata"]["ownerReferences"] = [
+                {
+                    "apiVersion": SANDBOX_CLAIM.api_version,
+                    "kind": "SandboxClaim",
+                    "name": "other",
+                    "uid": "other-uid",
+                    "controller": True,
+                }
+            ]
             stored["metadata"]["resourceVersion"] = "999"  # changed since our cache saw it
 
-    h.api.before = someone_else_touches_it
+    h.api.before = another_claim_takes_it
     await h.reconcile()
     (first,) = touched
     other = next(s["metadata"]["name"] for s in sbs if s["metadata"]["name"] != first)
     assert h.claim()["status"]["sandbox"]["name"] == other
     assert keys.LABEL_CLAIM_UID not in h.sandbox(first)["metadata"]["labels"]
+
+
+async def test_a_conflict_from_a_mere_status_change_retries_the_same_sandbox() -> None:
+    """The Sandbox controller wrote the candidate's status since our cache saw it: it is still a
+    free pool sandbox, so it is adopted at its current version (not lost for every claim)."""
+    h = Harness()
+    setup_pool(h, members=1)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    touched: list[str] = []
+
+    def status_moves(verb: str, plural: str, name: str) -> None:
+        if verb == "patch" and plural == "sandboxes" and not touched:
+            touched.append(name)
+            h.api.objects[(plural, NS, name)]["metadata"]["resourceVersion"] = "999"
+
+    h.api.before = status_moves
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == touched[0]
+    assert [c for c in h.api.calls if c[0] == "patch" and c[1] == "sandboxes"] == [
+        ("patch", "sandboxes", touched[0])
+    ] * 2
 
 
 async def test_a_lost_adoption_race_against_our_own_other_process_keeps_that_adoption() -> None:

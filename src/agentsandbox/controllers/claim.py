@@ -633,12 +633,26 @@ class ClaimReconciler:
             except NotFound:
                 continue  # gone since we looked: next candidate
             except Conflict:
-                # changed since we looked: another claim took it, or another process of ours
-                # adopted it for this very claim (leader election off)
-                mine = await self._get_if_controlled(name, ns, meta["uid"])
-                if mine is None:
+                # changed since we looked: another claim took it, another process of ours
+                # adopted it for this very claim (leader election off), or only its status moved
+                fresh = await self._get_or_none(name, ns)
+                if fresh is None:
                     continue
-                adopted = mine
+                if _controlled_by(fresh, meta["uid"]):
+                    adopted = fresh
+                elif (
+                    candidate_problem(fresh, ns, template, self._pool_of(fresh, pools), pod_hash)
+                    is None
+                ):
+                    try:  # still a free pool sandbox: one more try at its current version
+                        adopted = await self.client.patch(
+                            SANDBOXES, name, adoption_patch(fresh, claim, template), ns
+                        )
+                    except (Conflict, NotFound):
+                        continue
+                    candidate = fresh
+                else:
+                    continue
             self._bound[f"{ns}/{meta['name']}"] = (meta["uid"], name)
             self._event(
                 claim, "Normal", EVENT_ADOPTED, f'Adopted warm pool Sandbox "{name}"', "Adoption"
@@ -653,12 +667,16 @@ class ClaimReconciler:
             return adopted
         return None
 
-    async def _get_if_controlled(self, name: str, ns: str, uid: str) -> KubeObject | None:
+    async def _get_or_none(self, name: str, ns: str) -> KubeObject | None:
         try:
-            sb = await self.client.get(SANDBOXES, name, ns)
+            return await self.client.get(SANDBOXES, name, ns)
         except NotFound:
             return None
-        return sb if _controlled_by(sb, uid) else None
+
+    @staticmethod
+    def _pool_of(sb: KubeObject, pools: Sequence[KubeObject]) -> KubeObject | None:
+        owner = pool_owner(sb)
+        return next((p for p in pools if p["metadata"]["name"] == owner), None)
 
     async def _create(self, claim: KubeObject, template: KubeObject) -> KubeObject:
         meta = claim["metadata"]
