@@ -163,6 +163,7 @@ def claim_v1alpha1(
 
 # ------------------------------------------------------------------------------------ harness
 PLURALS = {
+    "networkpolicies": "policies",
     SANDBOX_CLAIMS.plural: "claims",
     SANDBOXES.plural: "sandboxes",
     SANDBOX_WARM_POOLS.plural: "pools",
@@ -178,6 +179,7 @@ class Harness:
         self.claims, self.sandboxes = FakeInformer(), FakeInformer()
         self.pools, self.templates = FakeInformer(), FakeInformer()
         self.recorder = FakeRecorder()
+        self.policies = FakeInformer()
         self.r = ClaimReconciler(
             self.api,  # type: ignore[arg-type]
             self.claims,  # type: ignore[arg-type]
@@ -186,6 +188,7 @@ class Harness:
             self.templates,  # type: ignore[arg-type]
             self.recorder,  # type: ignore[arg-type]
             clock=lambda: 1_800_000_000.0,
+            networkpolicies=self.policies,  # type: ignore[arg-type]
         )
 
     def informer(self, plural: str) -> FakeInformer:
@@ -1432,3 +1435,50 @@ async def test_cold_claim_counts_a_cold_creation() -> None:
     before = _sample("agent_sandbox_claim_creation_total", labels)
     await h.reconcile()
     assert _sample("agent_sandbox_claim_creation_total", labels) == before + 1
+
+
+# ------------------------------------------------------------------------------------ legacy NP
+def legacy_policy(claim: dict[str, Any] | None) -> dict[str, Any]:
+    policy: dict[str, Any] = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "claim-network-policy", "namespace": NS},
+        "spec": {"podSelector": {}},
+    }
+    if claim is not None:
+        policy["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": SANDBOX_CLAIM.api_version,
+                "kind": "SandboxClaim",
+                "name": "claim",
+                "uid": claim["metadata"]["uid"],
+                "controller": True,
+            }
+        ]
+    return policy
+
+
+@pytest.mark.parametrize("with_template", [False, True])
+async def test_legacy_network_policy_owned_by_the_claim_is_deleted(with_template: bool) -> None:
+    """Upstream: the claim's legacy NP is deleted with or without the template (and a missing
+    template is still TemplateNotFound, no error)."""
+    h = Harness()
+    if with_template:
+        h.add(SANDBOX_TEMPLATES.plural, template())
+    c = h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(warmpool="none"))
+    h.add("networkpolicies", legacy_policy(c))
+    await h.reconcile()
+    assert h.api.stored("networkpolicies", NS, "claim-network-policy") is None
+    if with_template:
+        assert h.claim()["status"]["sandbox"]["name"] == "claim"
+    else:
+        assert h.ready()["reason"] == "TemplateNotFound"
+
+
+async def test_a_network_policy_of_that_name_without_the_claim_as_owner_is_kept() -> None:
+    h = Harness()
+    h.add(SANDBOX_TEMPLATES.plural, template())
+    h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(warmpool="none"))
+    h.add("networkpolicies", legacy_policy(None))
+    await h.reconcile()
+    assert h.api.stored("networkpolicies", NS, "claim-network-policy") is not None

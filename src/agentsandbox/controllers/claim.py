@@ -52,7 +52,7 @@ from agentsandbox.kube.errors import AlreadyExists, Conflict, Forbidden, KubeErr
 from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
-from agentsandbox.kube.resources import Resource
+from agentsandbox.kube.resources import NETWORKPOLICIES, Resource
 from agentsandbox.kube.store import KubeObject, index_by_controller_uid
 
 from . import claim_metrics
@@ -158,10 +158,12 @@ class ClaimReconciler:
         *,
         events: bool = True,
         observability_annotations: bool = True,
+        networkpolicies: Informer | None = None,
     ) -> None:
         self.client = client
         self.events = events
         self.observability_annotations = observability_annotations
+        self.networkpolicies = networkpolicies
         # "<ns>/<claim>" -> (claim UID, when this process first saw it): the controller-measured
         # start of a claim until its first Ready (upstream's observedTimes)
         self._observed: dict[str, tuple[str, float]] = {}
@@ -252,6 +254,7 @@ class ClaimReconciler:
             return None
         if claim["metadata"].get("deletionTimestamp"):
             return None
+        await self._remove_legacy_network_policy(claim)
         now = self.clock()
         claim = self._with_first_observed(key, claim, now)
         expired, left = expiry(claim, now)
@@ -309,6 +312,33 @@ class ClaimReconciler:
         if not written:
             requeues.append(CONFLICT_RECHECK)
         return Result(requeue_after=min(requeues)) if requeues else None
+
+    async def _remove_legacy_network_policy(self, claim: KubeObject) -> None:
+        """Spec §5.4 step 2: older releases made a NetworkPolicy per claim; delete it if this
+        claim controls it (read from the cache; errors are logged, never fatal)."""
+        if self.networkpolicies is None:
+            return
+        meta = claim["metadata"]
+        name = f"{meta['name']}-network-policy"
+        policy = self.networkpolicies.get(name, meta["namespace"])
+        ref = controller_of(policy) if policy is not None else None
+        if policy is None or ref is None or ref.get("kind") != "SandboxClaim":
+            return
+        if ref.get("uid") != meta["uid"]:
+            return
+        try:
+            await self.client.delete(
+                NETWORKPOLICIES, name, meta["namespace"], uid=policy["metadata"]["uid"]
+            )
+        except (NotFound, Conflict):
+            pass
+        except KubeError as err:
+            log.warning(
+                "could not delete the legacy NetworkPolicy %s: %s",
+                name,
+                err,
+                extra={"claim": f"{meta['namespace']}/{meta['name']}"},
+            )
 
     # ---------------------------------------------------------------- observability
     def _with_first_observed(self, key: str, claim: KubeObject, now: float) -> KubeObject:
@@ -789,6 +819,7 @@ def setup(
         mgr.event_recorder("sandboxclaim-controller"),
         events=events,
         observability_annotations=observability_annotations,
+        networkpolicies=mgr.get_informer(NETWORKPOLICIES),
     )
     return (
         ControllerBuilder(mgr)
