@@ -183,7 +183,8 @@ async def test_policy_created_updated_and_removed_as_the_template_says(
         await quiet_period(client, namespace, "tpl")
         steady = Counter(writes.counts)
         for _ in range(3):
-            assert await quiet_period(client, namespace, "tpl") == 1  # one look, nothing else
+            # a look or two (other watch events can coincide under load), never a write loop
+            assert 1 <= await quiet_period(client, namespace, "tpl") <= 3
         # only our own three annotation patches were written since
         assert writes.counts - steady == Counter({("patch", "sandboxtemplates"): 3}), writes.counts
         assert writes.of("networkpolicies") == {"create": 1}, writes.counts
