@@ -19,6 +19,8 @@ from agentsandbox.api.hashing import (
     name_hash,
     pod_template_hash,
     pod_template_json,
+    sandbox_blueprint_hash,
+    sandbox_blueprint_json,
     sandbox_selector,
     template_ref_hash,
     warm_pool_selector,
@@ -326,3 +328,199 @@ def test_go_layout_covers_every_openapi_field_of_the_same_kubernetes_version() -
     assert compared > 90
     assert types.roots["podTemplate"] == "@agentsandbox.PodTemplate"
     assert [f.name for f in types.structs["agentsandbox.PodTemplate"]] == ["spec", "metadata"]
+
+
+# --------------------------------------------------------------------------- blueprint hash
+# agents.x-k8s.io/sandbox-template-hash (upstream c409f9fa, #1102) = NameHash(json.Marshal of the
+# template's typed SandboxBlueprint). The Go types are upstream's api/v1beta1 SandboxBlueprint,
+# PersistentVolumeClaimTemplate (embedded EmbeddedObjectMetadata tagged "metadata") and
+# EmbeddedObjectMetadata (da3b5688, #995), mirrored in hack/openapi/gojson/main.go with the same
+# field order and json tags (read from kubernetes-sigs/agent-sandbox api/v1beta1/sandbox_types.go).
+# Expected hashes and JSON were computed by Go, locally and offline (module cache, GOPROXY=off):
+#   cd hack/openapi/gojson && go run . blueprint-hash < blueprints.json
+# i.e. json.Unmarshal into SandboxBlueprint (k8s.io/api v0.36.3), json.Marshal, FNV-1a 32.
+_C = {"containers": [{"name": "test-container", "image": "test-image"}]}
+BLUEPRINT_GO_VECTORS: list[tuple[dict[str, Any], str, str]] = [
+    (
+        {
+            "podTemplate": {
+                "spec": {"containers": [{"name": "test-container", "image": "test-image"}]}
+            }
+        },
+        "c972d31f",
+        '{"podTemplate":{"spec":{"containers":[{"name":"test-container","image":"test-image","resources":{}}]},"metadata":{}}}',
+    ),
+    (
+        {
+            "podTemplate": {
+                "spec": {"containers": [{"name": "test-container", "image": "test-image"}]}
+            },
+            "volumeClaimTemplates": [],
+        },
+        "c972d31f",
+        '{"podTemplate":{"spec":{"containers":[{"name":"test-container","image":"test-image","resources":{}}]},"metadata":{}}}',
+    ),
+    (
+        {
+            "podTemplate": {
+                "spec": {"containers": [{"name": "test-container", "image": "test-image"}]}
+            },
+            "service": True,
+        },
+        "80224234",
+        '{"podTemplate":{"spec":{"containers":[{"name":"test-container","image":"test-image","resources":{}}]},"metadata":{}},"service":true}',
+    ),
+    (
+        {
+            "podTemplate": {
+                "spec": {"containers": [{"name": "test-container", "image": "test-image"}]}
+            },
+            "service": False,
+        },
+        "10094a53",
+        '{"podTemplate":{"spec":{"containers":[{"name":"test-container","image":"test-image","resources":{}}]},"metadata":{}},"service":false}',
+    ),
+    (
+        {
+            "podTemplate": {
+                "spec": {"containers": [{"name": "test-container", "image": "test-image"}]},
+                "metadata": {"labels": {"app": "x"}},
+            },
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "data"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "1Gi"}},
+                    },
+                }
+            ],
+        },
+        "0836b1d4",
+        '{"podTemplate":{"spec":{"containers":[{"name":"test-container","image":"test-image","resources":{}}]},"metadata":{"labels":{"app":"x"}}},"volumeClaimTemplates":[{"metadata":{"name":"data"},"spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}}]}',
+    ),
+    (
+        {
+            "podTemplate": {
+                "spec": {"containers": [{"name": "test-container", "image": "test-image"}]}
+            },
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "data"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "2Gi"}},
+                    },
+                }
+            ],
+        },
+        "c1fb1707",
+        '{"podTemplate":{"spec":{"containers":[{"name":"test-container","image":"test-image","resources":{}}]},"metadata":{}},"volumeClaimTemplates":[{"metadata":{"name":"data"},"spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"2Gi"}}}}]}',
+    ),
+    (
+        {
+            "networkPolicyManagement": "Unmanaged",
+            "podTemplate": {
+                "metadata": {"annotations": {"a": "<b&c>"}},
+                "spec": {
+                    "containers": [{"name": "test-container", "image": "test-image"}],
+                    "automountServiceAccountToken": False,
+                },
+            },
+            "service": True,
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {
+                        "name": "data",
+                        "labels": {"tier": "fast"},
+                        "annotations": {"note": "x"},
+                    },
+                    "spec": {
+                        "storageClassName": "standard",
+                        "volumeMode": "Filesystem",
+                        "accessModes": ["ReadWriteOnce", "ReadOnlyMany"],
+                        "resources": {
+                            "requests": {"storage": "1024Mi"},
+                            "limits": {"storage": "1.5Gi"},
+                        },
+                        "selector": {
+                            "matchLabels": {"disk": "ssd"},
+                            "matchExpressions": [{"key": "z", "operator": "In", "values": ["a"]}],
+                        },
+                        "dataSource": {
+                            "kind": "VolumeSnapshot",
+                            "name": "snap",
+                            "apiGroup": "snapshot.storage.k8s.io",
+                        },
+                    },
+                },
+                {"metadata": {}, "spec": {"resources": {}}},
+                {
+                    "spec": {
+                        "accessModes": ["ReadWriteMany"],
+                        "volumeAttributesClassName": "gold",
+                        "dataSourceRef": {
+                            "kind": "PersistentVolumeClaim",
+                            "name": "src",
+                            "namespace": "other",
+                        },
+                    }
+                },
+            ],
+        },
+        "d46c316b",
+        '{"podTemplate":{"spec":{"containers":[{"name":"test-container","image":"test-image","resources":{}}],"automountServiceAccountToken":false},"metadata":{"annotations":{"a":"\\u003cb\\u0026c\\u003e"}}},"volumeClaimTemplates":[{"metadata":{"name":"data","labels":{"tier":"fast"},"annotations":{"note":"x"}},"spec":{"accessModes":["ReadWriteOnce","ReadOnlyMany"],"selector":{"matchLabels":{"disk":"ssd"},"matchExpressions":[{"key":"z","operator":"In","values":["a"]}]},"resources":{"limits":{"storage":"1536Mi"},"requests":{"storage":"1Gi"}},"storageClassName":"standard","volumeMode":"Filesystem","dataSource":{"apiGroup":"snapshot.storage.k8s.io","kind":"VolumeSnapshot","name":"snap"}}},{"metadata":{},"spec":{"resources":{}}},{"metadata":{},"spec":{"accessModes":["ReadWriteMany"],"resources":{},"dataSourceRef":{"apiGroup":null,"kind":"PersistentVolumeClaim","name":"src","namespace":"other"},"volumeAttributesClassName":"gold"}}],"service":true}',
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected", "go_json"),
+    BLUEPRINT_GO_VECTORS,
+    ids=[h for _, h, _ in BLUEPRINT_GO_VECTORS],
+)
+def test_sandbox_blueprint_hash_matches_go(
+    spec: dict[str, Any], expected: str, go_json: str
+) -> None:
+    assert sandbox_blueprint_json(spec) == go_json
+    assert sandbox_blueprint_hash(spec) == expected
+
+
+def test_sandbox_blueprint_hash_covers_every_blueprint_field_and_only_those() -> None:
+    base = {"podTemplate": {"spec": _C}}
+    h = sandbox_blueprint_hash(base)
+    # empty VCT list and unset service are omitted (omitempty), like Go
+    assert sandbox_blueprint_hash({**base, "volumeClaimTemplates": [], "service": None}) == h
+    # fields outside the blueprint (the template's network policy, lifecycle) do not count
+    assert sandbox_blueprint_hash({**base, "networkPolicyManagement": "Unmanaged"}) == h
+    assert sandbox_blueprint_hash({**base, "service": False}) != h
+    assert sandbox_blueprint_hash({**base, "service": True}) != h
+    vct = {"metadata": {"name": "data"}, "spec": {"resources": {"requests": {"storage": "1Gi"}}}}
+    with_vct = sandbox_blueprint_hash({**base, "volumeClaimTemplates": [vct]})
+    assert with_vct != h
+    # quantities are canonical: 1024Mi is 1Gi
+    vct2 = {
+        "metadata": {"name": "data"},
+        "spec": {"resources": {"requests": {"storage": "1024Mi"}}},
+    }
+    assert sandbox_blueprint_hash({**base, "volumeClaimTemplates": [vct2]}) == with_vct
+    # the blueprint's pod part is the pod-template hash's input, wrapped
+    assert (
+        sandbox_blueprint_json(base)
+        == f'{{"podTemplate":{pod_template_json(base["podTemplate"])}}}'
+    )
+
+
+def test_sandbox_blueprint_hash_rejects_what_go_cannot_decode() -> None:
+    base = {"podTemplate": {"spec": _C}}
+    with pytest.raises(GoJSONError):
+        sandbox_blueprint_hash({**base, "service": "yes"})
+    with pytest.raises(GoJSONError):
+        sandbox_blueprint_hash({**base, "volumeClaimTemplates": {"data": {}}})
+    with pytest.raises(GoJSONError):
+        sandbox_blueprint_hash(
+            {
+                **base,
+                "volumeClaimTemplates": [{"spec": {"resources": {"requests": {"storage": "x"}}}}],
+            }
+        )

@@ -3,6 +3,7 @@
 //
 //	go run . structs        > ../../../src/agentsandbox/api/gostructs.json
 //	go run . hash < templates.json   # one "<fnv1a32> <json>" line per pod template
+//	go run . blueprint-hash < blueprints.json   # the same per SandboxBlueprint (template spec)
 //
 // The Python package reproduces Go's serialisation from the exported table (field order,
 // omitempty/omitzero, pointer/struct/slice/map shape, types with their own JSON form), so that
@@ -31,6 +32,26 @@ type PodMetadata struct {
 type PodTemplate struct {
 	Spec     corev1.PodSpec `json:"spec"`
 	Metadata PodMetadata    `json:"metadata,omitempty"`
+}
+
+// EmbeddedObjectMetadata, PersistentVolumeClaimTemplate and SandboxBlueprint mirror upstream's
+// api/v1beta1 types (#995 inlined SandboxBlueprint; #1102 hashes json.Marshal of it into the
+// agents.x-k8s.io/sandbox-template-hash label): same field order and json tags.
+type EmbeddedObjectMetadata struct {
+	Name        string            `json:"name,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+type PersistentVolumeClaimTemplate struct {
+	EmbeddedObjectMetadata `json:"metadata"`
+	Spec                   corev1.PersistentVolumeClaimSpec `json:"spec"`
+}
+
+type SandboxBlueprint struct {
+	PodTemplate          PodTemplate                     `json:"podTemplate"`
+	VolumeClaimTemplates []PersistentVolumeClaimTemplate `json:"volumeClaimTemplates,omitempty"`
+	Service              *bool                           `json:"service,omitempty"`
 }
 
 var special = map[string]string{
@@ -160,6 +181,7 @@ func structs() {
 	roots := map[string]string{
 		"podTemplate":               e.expr(reflect.TypeOf(PodTemplate{})),
 		"persistentVolumeClaimSpec": e.expr(reflect.TypeOf(corev1.PersistentVolumeClaimSpec{})),
+		"sandboxBlueprint":          e.expr(reflect.TypeOf(SandboxBlueprint{})),
 	}
 	names := make([]string, 0, len(e.structs))
 	for n := range e.structs {
@@ -179,14 +201,15 @@ func structs() {
 	os.Stdout.Write(append(b, '\n'))
 }
 
-func hash() {
+// hash prints "<fnv1a32> <json>" for each input object decoded into a fresh value of newT().
+func hash[T any](newT func() *T) {
 	var in []json.RawMessage
 	if err := json.NewDecoder(os.Stdin).Decode(&in); err != nil {
 		panic(err)
 	}
 	for _, raw := range in {
-		var t PodTemplate
-		if err := json.Unmarshal(raw, &t); err != nil {
+		t := newT()
+		if err := json.Unmarshal(raw, t); err != nil {
 			panic(err)
 		}
 		b, err := json.Marshal(t)
@@ -201,16 +224,18 @@ func hash() {
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: gojson structs|hash")
+		fmt.Fprintln(os.Stderr, "usage: gojson structs|hash|blueprint-hash")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
 	case "structs":
 		structs()
 	case "hash":
-		hash()
+		hash(func() *PodTemplate { return &PodTemplate{} })
+	case "blueprint-hash":
+		hash(func() *SandboxBlueprint { return &SandboxBlueprint{} })
 	default:
-		fmt.Fprintln(os.Stderr, "usage: gojson structs|hash")
+		fmt.Fprintln(os.Stderr, "usage: gojson structs|hash|blueprint-hash")
 		os.Exit(2)
 	}
 }

@@ -4,7 +4,10 @@
 - :func:`template_ref_hash` — hash of a template *name* (not its content or namespace);
 - :func:`pod_template_hash` — hash of the template's ``spec.podTemplate`` serialised exactly as
   Go's ``encoding/json`` serialises the typed struct (see :mod:`agentsandbox.api.gojson`), so
-  that sandboxes made by the Go controllers and by us carry the same label value.
+  that sandboxes made by the Go controllers and by us carry the same label value;
+- :func:`sandbox_blueprint_hash` — hash of the whole ``SandboxBlueprint`` of a template's spec
+  (``podTemplate``, ``volumeClaimTemplates``, ``service``; upstream #1102), serialised the same
+  way; the value of ``agents.x-k8s.io/sandbox-template-hash``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ __all__ = [
     "name_hash",
     "pod_template_hash",
     "pod_template_json",
+    "sandbox_blueprint_hash",
+    "sandbox_blueprint_json",
     "sandbox_selector",
     "template_ref_hash",
     "warm_pool_selector",
@@ -60,6 +65,25 @@ def pod_template_hash(pod_template: Mapping[str, Any], types: GoTypes | None = N
     the Go types (upstream then reports the template as unusable).
     """
     return name_hash(pod_template_json(pod_template, types))
+
+
+def sandbox_blueprint_json(spec: Mapping[str, Any], types: GoTypes | None = None) -> str:
+    """``json.Marshal`` of the typed ``SandboxBlueprint`` read from a template (or sandbox) spec.
+
+    Fields in upstream's order: ``podTemplate``, ``volumeClaimTemplates`` (omitempty; each
+    ``{"metadata":{name,labels,annotations},"spec":PersistentVolumeClaimSpec}``), ``service``
+    (``*bool``, omitempty). Every other key of ``spec`` is ignored, as Go's decoding would.
+    """
+    types = types or go_types()
+    return marshal(spec, types.roots["sandboxBlueprint"], types)
+
+
+def sandbox_blueprint_hash(spec: Mapping[str, Any], types: GoTypes | None = None) -> str:
+    """Value of ``agents.x-k8s.io/sandbox-template-hash`` for a template's ``spec``.
+
+    Raises :class:`~agentsandbox.api.gojson.GoJSONError` like :func:`pod_template_hash`.
+    """
+    return name_hash(sandbox_blueprint_json(spec, types))
 
 
 def sandbox_selector(sandbox_name: str) -> str:
