@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -93,10 +94,56 @@ class Source:
     by_pool_ref: bool  # the pool is the claim's only reference (1.0.x)
 
 
+SHADOW_POOL_PREFIX = "shadow-pool-"
+
+
+def migrated_v1alpha1_spec(claim: Obj) -> Obj | None:
+    """The v1alpha1 spec of a claim stored by upstream's conversion webhook, or None.
+
+    Upstream's webhook (v1alpha1 served, v1beta1 storage; ``sandboxclaim_conversion.go``) maps a
+    v1alpha1 claim with ``warmpool`` ``default``/``none`` to ``warmPoolRef.name:
+    shadow-pool-<template>`` (a pool that does not exist) and keeps the whole v1alpha1 object,
+    ``json.Marshal``-ed, in the annotation ``api.agents.x-k8s.io/v1alpha1-sandboxclaim-state``:
+    ``{"kind":"SandboxClaim","apiVersion":"extensions.agents.x-k8s.io/v1alpha1","metadata":{…},
+    "spec":{"sandboxTemplateRef":{"name":…},"warmpool":…,…},"status":{…}}``. A bare spec
+    (``{"sandboxTemplateRef":…,"warmpool":…}``) is accepted too. Only when the reference is still
+    the shadow pool of the annotated template (upstream's own test before restoring the v1alpha1
+    fields) is the claim served as what it was; otherwise the reference is taken as written.
+    """
+    spec = claim.get("spec") or {}
+    pool_ref = (spec.get("warmPoolRef") or {}).get("name") or ""
+    if not pool_ref.startswith(SHADOW_POOL_PREFIX):
+        return None
+    raw = ((claim.get("metadata") or {}).get("annotations") or {}).get(
+        keys.ANNOTATION_V1ALPHA1_SANDBOXCLAIM_STATE
+    )
+    if not raw:
+        return None
+    try:
+        state = json.loads(raw)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(state, dict):
+        return None
+    inner = state.get("spec")
+    old: dict[str, Any] = inner if isinstance(inner, dict) else state
+    ref = old.get("sandboxTemplateRef")
+    template = ref.get("name") if isinstance(ref, dict) else None
+    policy = old.get("warmpool")
+    if not isinstance(template, str) or not template or not isinstance(policy, str | None):
+        return None
+    if pool_ref != SHADOW_POOL_PREFIX + template:
+        return None
+    return old
+
+
 def claim_source(claim: Obj) -> Source:
     spec = claim.get("spec") or {}
     pool_ref = (spec.get("warmPoolRef") or {}).get("name")
-    if pool_ref:
+    migrated = migrated_v1alpha1_spec(claim) if pool_ref else None
+    if migrated is not None:
+        spec = migrated  # served as the v1alpha1 claim it was: template + policy
+    elif pool_ref:
         return Source(template=None, pool=pool_ref, policy="pool", by_pool_ref=True)
     template = (spec.get("sandboxTemplateRef") or {}).get("name") or None
     policy = spec.get("warmpool") or POLICY_DEFAULT
