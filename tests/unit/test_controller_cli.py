@@ -78,3 +78,24 @@ def test_non_positive_unschedulable_recheck_interval_ends_start_up_with_one_line
         "--sandbox-warm-pool-unschedulable-recheck-interval must be a positive duration" in lines[0]
     )
     assert took < 10
+
+
+def test_webhook_and_connection_flags_start_with_one_warning_line_each(tmp_path: Path) -> None:
+    """Upstream HEAD flags we accept with no effect: one warning line each, then start-up goes
+    on (here to the missing kubeconfig); an unknown flag still fails fast (above)."""
+    missing = tmp_path / "nope.yaml"
+    proc, took = run(
+        "--enable-webhook=false",
+        "--manage-webhook-certs=false",
+        "--webhook-port=9444",
+        "--api-connections=4",
+        f"--kubeconfig={missing}",
+        "--leader-elect=false",
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    for name in ("enable-webhook", "manage-webhook-certs", "webhook-port", "api-connections"):
+        hits = [ln for ln in lines if f"--{name} is accepted for compatibility" in ln]
+        assert len(hits) == 1, (name, proc.stderr)
+    assert str(missing) in lines[-1]
+    assert took < 15

@@ -63,12 +63,31 @@ HEAD_EXTRA_FLAGS: dict[str, tuple[str, object]] = {
     # #1250: SandboxClaim write reduction (wired by the claim controller).
     "disable-claim-events": ("bool", False),
     "disable-claim-observability-annotations": ("bool", False),
+    # #1251 / #713: warm pool refill pacing and autoscaler eviction (docs/compatibility.md).
+    "sandbox-warm-pool-replenish-delay": ("duration", 0.0),
+    "sandbox-warm-pool-max-refill-rate": ("float", 0.0),
+    "enable-warm-pool-eviction": ("bool", True),
+}
+# Upstream HEAD flags accepted with no effect (a warning each when given). The webhook names and
+# defaults are spec core §8's; cert/key file names and the connection flags' defaults are not in
+# the spec (controller-runtime's tls.crt/tls.key; off / one connection).
+NO_EFFECT_FLAGS: dict[str, tuple[str, object]] = {
+    "enable-webhook": ("bool", True),
+    "manage-webhook-certs": ("bool", True),
+    "webhook-port": ("int", 9443),
+    "webhook-cert-dir": ("string", "/tmp/k8s-webhook-server/serving-certs"),
+    "webhook-cert-name": ("string", "tls.crt"),
+    "webhook-key-name": ("string", "tls.key"),
+    "webhook-service-name": ("string", "agent-sandbox-webhook-service"),
+    "webhook-namespace": ("string", "agent-sandbox-system"),
+    "separate-watch-connection": ("bool", False),
+    "api-connections": ("int", 1),
 }
 
 
 def test_every_flag_has_upstreams_name_type_and_default() -> None:
     """One table of all 25 upstream flags plus the HEAD extras; no flag more, none less."""
-    expected = UPSTREAM_FLAGS | HEAD_EXTRA_FLAGS
+    expected = UPSTREAM_FLAGS | HEAD_EXTRA_FLAGS | NO_EFFECT_FLAGS
     assert len(UPSTREAM_FLAGS) == 25
     flagset = build_flagset()
     assert set(flagset.flags) == set(expected)
@@ -97,6 +116,7 @@ def test_options_carry_the_defaults() -> None:
         "pprof-mutex-profile-fraction",
         "zap-stacktrace-level",
     }
+    assert not any(hasattr(o, n.replace("-", "_")) for n in NO_EFFECT_FLAGS)
     for name, value in fields.items():
         assert value == (UPSTREAM_FLAGS | HEAD_EXTRA_FLAGS)[name][1], name
     assert o.not_applicable == ()
@@ -216,3 +236,40 @@ def test_devel_logging_is_console_at_debug(capsys: pytest.CaptureFixture[str]) -
 def test_unknown_zap_level_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match='unknown level "loud"'):
         logsetup.configure(devel=False, encoder="", level="loud", time_encoding="")
+
+
+def test_warm_pool_refill_and_eviction_flags_parse_and_reach_options() -> None:
+    o = options(
+        "--sandbox-warm-pool-replenish-delay=1.5s",
+        "-sandbox-warm-pool-max-refill-rate",
+        "2.5",
+        "--enable-warm-pool-eviction=false",
+    )
+    assert o.sandbox_warm_pool_replenish_delay == 1.5
+    assert o.sandbox_warm_pool_max_refill_rate == 2.5
+    assert o.enable_warm_pool_eviction is False
+    assert o.errors() == [] and o.warnings() == []
+    assert options().enable_warm_pool_eviction is True  # HEAD's default (docs/compatibility.md)
+
+
+@pytest.mark.parametrize(
+    "flag", ["--sandbox-warm-pool-replenish-delay=-1s", "--sandbox-warm-pool-max-refill-rate=-1"]
+)
+def test_negative_replenish_delay_or_refill_rate_is_rejected(flag: str) -> None:
+    assert options(flag).errors() == [f"{flag.split('=')[0]} must not be negative"]
+
+
+def test_claim_workers_keep_the_seeds_default_not_heads_50() -> None:
+    """docs/compatibility.md: flags the seed has keep the seed's default (HEAD #996 says 50)."""
+    assert options().sandbox_claim_concurrent_workers == 1
+
+
+@pytest.mark.parametrize("name", sorted(NO_EFFECT_FLAGS))
+def test_webhook_and_connection_flags_are_accepted_with_one_warning_each(name: str) -> None:
+    kind, _ = NO_EFFECT_FLAGS[name]
+    value = {"bool": "true", "int": "3", "string": "x"}[kind]
+    o = options(f"--{name}={value}")
+    assert o.errors() == []
+    assert o.warnings() == [
+        f"--{name} is accepted for compatibility with upstream and has no effect here"
+    ]

@@ -213,7 +213,13 @@ def sandbox(
 
 
 class Harness:
-    def __init__(self, p: dict[str, Any], t: dict[str, Any] | None, *sbs: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        p: dict[str, Any],
+        t: dict[str, Any] | None,
+        *sbs: dict[str, Any],
+        settings: Settings | None = None,
+    ) -> None:
         self.pools, self.sandboxes = FakeInformer(), FakeInformer()
         self.templates, self.pods = FakeInformer(), FakeInformer()
         self.client, self.recorder, self.clock = FakeClient(), FakeRecorder(), Clock()
@@ -224,7 +230,7 @@ class Harness:
             self.templates,  # type: ignore[arg-type]
             self.pods,  # type: ignore[arg-type]
             self.recorder,  # type: ignore[arg-type]
-            Settings(),
+            settings or Settings(),
             clock=self.clock,
         )
         self.pools.put(p)
@@ -853,3 +859,79 @@ async def test_pod_lookup_follows_the_pod_name_annotation_and_ignores_terminatin
         {"metadata": {"name": "adopted-pod", "namespace": NS, "deletionTimestamp": iso(NOW)}}
     )
     assert h.reconciler.observe(h.pool).pods == {}
+
+
+# ------------------------------------------------ replenish delay, refill rate, eviction
+def adopted_by_claim(sb: dict[str, Any]) -> dict[str, Any]:
+    """What a claim's adoption leaves in the cache: pool labels gone, the claim as controller."""
+    out = copy.deepcopy(sb)
+    out["metadata"]["labels"] = {keys.LABEL_CLAIM_UID: "claim-uid"}
+    out["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": SANDBOX_WARM_POOL.api_version,
+            "kind": "SandboxClaim",
+            "name": "claim",
+            "uid": "claim-uid",
+            "controller": True,
+        }
+    ]
+    return out
+
+
+def creates(h: Harness) -> int:
+    return [verb for verb, _, _ in h.client.calls].count("create")
+
+
+async def test_replenish_delay_is_counted_from_the_first_missing_pass_and_re_armed() -> None:
+    t, p = template(), pool(3)
+    members = [sandbox(p, t) for _ in range(3)]
+    h = Harness(p, t, *members, settings=Settings(replenish_delay=5.0))
+    assert await h.reconcile() is None and creates(h) == 0
+    h.sandboxes.put(adopted_by_claim(members[0]))
+    h.clock.now += 1.0
+    assert await h.reconcile() == Result(requeue_after=5.0)
+    h.clock.now += 3.0
+    h.sandboxes.put(adopted_by_claim(members[1]))  # another one leaves: the hold starts again
+    assert await h.reconcile() == Result(requeue_after=5.0)
+    h.clock.now += 4.0  # 8 s after the first departure, 4 s after the second
+    result = await h.reconcile()
+    assert creates(h) == 0 and result is not None and result.requeue_after == 1.0
+    h.clock.now += 1.0
+    await h.reconcile()
+    assert creates(h) == 2
+
+
+async def test_replenish_delay_does_not_hold_the_initial_fill() -> None:
+    h = Harness(pool(3), template(), settings=Settings(replenish_delay=60.0))
+    await h.reconcile()
+    assert creates(h) == 3
+
+
+async def test_refill_rate_caps_creates_per_pool_per_second_with_the_injected_clock() -> None:
+    t = template()
+    h = Harness(pool(10), t, settings=Settings(max_refill_rate=2.0))
+    other = pool(10, uid="other-uid")
+    other["metadata"]["name"] = "other"
+    h.pools.put(other)
+    result = await h.reconcile()  # the bucket starts full: capacity max(1, 2) = 2
+    assert creates(h) == 2 and result == Result(requeue_after=0.5)
+    await h.reconciler.reconcile(Request(NS, "other"))  # another pool has its own bucket
+    assert creates(h) == 4
+    h.observe_created()
+    h.clock.now += 0.5  # one token
+    await h.reconcile()
+    assert creates(h) == 5
+    h.observe_created()
+    h.clock.now += 10.0  # never more than the capacity, however long the pool waited
+    await h.reconcile()
+    assert creates(h) == 7
+
+
+async def test_created_pool_sandboxes_carry_the_eviction_annotation() -> None:
+    h = Harness(pool(1), template())
+    await h.reconcile()
+    pod_meta = h.client.created[0]["spec"]["podTemplate"]["metadata"]
+    assert pod_meta["annotations"] == {keys.ANNOTATION_SAFE_TO_EVICT: "true"}
+    off = Harness(pool(1), template(), settings=Settings(warm_pool_eviction=False))
+    await off.reconcile()
+    assert "annotations" not in off.client.created[0]["spec"]["podTemplate"]["metadata"]

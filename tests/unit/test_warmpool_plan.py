@@ -8,6 +8,7 @@ sandboxes (creates get names, deletes vanish, adoptions set the owner) and plans
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 from typing import Any
 
@@ -15,8 +16,9 @@ import pytest
 
 from agentsandbox.api import keys
 from agentsandbox.api.defaults import apply_sandbox_secure_defaults
-from agentsandbox.api.hashing import name_hash, pod_template_hash
+from agentsandbox.api.hashing import name_hash, pod_template_hash, sandbox_blueprint_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_WARM_POOL
+from agentsandbox.controllers.claim_plan import adoption_patch
 from agentsandbox.controllers.warmpool_plan import (
     EVENT_NOT_PROGRESSING,
     EVENT_PROGRESSING,
@@ -100,8 +102,12 @@ def sandbox(
     age: float = 60.0,
     image: str | None = None,
     hash_label: str | None = None,
+    old_controller: bool = False,
 ) -> dict[str, Any]:
-    """A pool sandbox like upstream's createPoolSandbox helper (an orphan unless owned)."""
+    """A pool sandbox like upstream's createPoolSandbox helper (an orphan unless owned).
+
+    It carries both hash labels, unless ``old_controller``: then only the deprecated
+    pod-template hash, like a sandbox made before upstream #1102."""
     spec = copy.deepcopy(t["spec"]["podTemplate"]["spec"])
     if image is not None:
         spec["containers"][0]["image"] = image
@@ -112,6 +118,8 @@ def sandbox(
         keys.LABEL_SANDBOX_POD_TEMPLATE_HASH: hash_label
         or pod_template_hash(t["spec"]["podTemplate"]),
     }
+    if not old_controller:
+        labels[keys.LABEL_SANDBOX_TEMPLATE_HASH] = sandbox_blueprint_hash(t["spec"])
     n = next(_names)
     sb: dict[str, Any] = {
         "apiVersion": SANDBOX.api_version,
@@ -126,6 +134,9 @@ def sandbox(
         "spec": {"replicas": 1, "podTemplate": {"spec": spec, "metadata": {"labels": labels}}},
         "status": {},
     }
+    for extra in ("volumeClaimTemplates", "service"):
+        if t["spec"].get(extra) is not None:
+            sb["spec"][extra] = copy.deepcopy(t["spec"][extra])
     if owned:
         sb["metadata"]["ownerReferences"] = [owner(p)]
     if foreign:
@@ -505,9 +516,10 @@ def test_is_sandbox_stale_memoises_verdict_per_drift_hash() -> None:
     a = sandbox(p, old, owned=True)
     vetted: dict[str, bool] = {}
     assert is_sandbox_stale(a, t, "current", vetted, orphan=False)
-    h = a["metadata"]["labels"][keys.LABEL_SANDBOX_POD_TEMPLATE_HASH]
-    assert vetted == {h: True}
-    vetted[h] = False  # a memoised verdict is reused, not recomputed
+    h = a["metadata"]["labels"][keys.LABEL_SANDBOX_TEMPLATE_HASH]
+    key = f"{keys.LABEL_SANDBOX_TEMPLATE_HASH}={h}"
+    assert vetted == {key: True}
+    vetted[key] = False  # a memoised verdict is reused, not recomputed
     assert not is_sandbox_stale(a, t, "current", vetted, orphan=False)
 
 
@@ -817,13 +829,13 @@ def test_ready_replicas_by_condition_status(states: list[str], ready: int) -> No
 
 def test_blueprint_fields_and_deep_copies() -> None:
     t = template(
-        service={"ports": [{"port": 80}]},
+        service=True,  # a *bool in the Sandbox API
         volumeClaimTemplates=[{"metadata": {"name": "data"}, "spec": {}}],
     )
     p = pool(1)
     bp = build_blueprint(p, t, "h")
     assert bp["spec"]["replicas"] == 1
-    assert bp["spec"]["service"] == {"ports": [{"port": 80}]}
+    assert bp["spec"]["service"] is True
     assert bp["metadata"]["namespace"] == NS
     ref = bp["metadata"]["ownerReferences"][0]
     assert ref == {
@@ -838,3 +850,151 @@ def test_blueprint_fields_and_deep_copies() -> None:
     bp["spec"]["podTemplate"]["spec"]["containers"][0]["image"] = "changed"
     assert t["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
     assert t["spec"]["podTemplate"]["spec"]["containers"][0]["image"] == "test-image"
+
+
+# ------------------------------------------------------- replenish delay, refill rate (#1251)
+DELAY = Settings(replenish_delay=10.0)
+
+
+def uids(sbs: list[dict[str, Any]]) -> frozenset[str]:
+    return frozenset(sb["metadata"]["uid"] for sb in sbs)
+
+
+def next_pass(
+    p: dict[str, Any], sbs: list[dict[str, Any]], t: dict[str, Any], prev: Plan, at: float
+) -> Plan:
+    """A pass at ``NOW + at`` carrying what the reconciler remembers from ``prev``."""
+    s = snap(p, sbs, t, settings=DELAY, members_before=prev.members)
+    return plan(
+        dataclasses.replace(s, now=NOW + at, missing_since=prev.missing_since, owed=prev.owed)
+    )
+
+
+def test_replenish_delay_holds_a_replacement_from_the_first_missing_observation() -> None:
+    t, p = template(), pool(3)
+    sbs = [sandbox(p, t, owned=True) for _ in range(3)]
+    first = plan(snap(p, sbs, t, settings=DELAY))  # a full pool: nothing owed
+    assert (first.create, first.owed, first.members) == (0, 0, uids(sbs))
+    left = next_pass(p, sbs[1:], t, first, at=2.0)  # a claim adopted sbs[0]
+    assert (left.create, left.replenish_held, left.owed) == (0, 1, 1)
+    assert left.missing_since == NOW + 2.0 and left.requeue_after == 10.0
+    waiting = next_pass(p, sbs[1:], t, left, at=8.0)  # counted from the first observation
+    assert (waiting.create, waiting.owed, waiting.missing_since) == (0, 1, NOW + 2.0)
+    assert waiting.requeue_after == 4.0
+    due = next_pass(p, sbs[1:], t, waiting, at=12.0)
+    assert (due.create, due.owed, due.missing_since, due.requeue_after) == (1, 0, None, None)
+
+
+def test_replenish_hold_re_arms_while_members_keep_leaving() -> None:
+    t, p = template(), pool(3)
+    sbs = [sandbox(p, t, owned=True) for _ in range(3)]
+    first = plan(snap(p, sbs, t, settings=DELAY))
+    one = next_pass(p, sbs[1:], t, first, at=0.0)
+    two = next_pass(p, sbs[2:], t, one, at=6.0)  # another one leaves: the hold starts again
+    assert (two.create, two.owed, two.missing_since, two.requeue_after) == (0, 2, NOW + 6, 10.0)
+    still = next_pass(p, sbs[2:], t, two, at=12.0)  # past the first deadline, not the second
+    assert (still.create, still.owed) == (0, 2)
+    due = next_pass(p, sbs[2:], t, still, at=16.0)
+    assert (due.create, due.owed) == (2, 0)
+
+
+def test_replenish_delay_never_holds_the_initial_fill_or_a_scale_up() -> None:
+    t = template()
+    fill = plan(snap(pool(3), [], t, settings=DELAY))  # no earlier pass: nothing left the pool
+    assert (fill.create, fill.replenish_held, fill.requeue_after) == (3, 0, None)
+    p = pool(3)
+    sbs = [sandbox(p, t, owned=True) for _ in range(3)]
+    first = plan(snap(p, sbs, t, settings=DELAY))
+    up = next_pass(pool(5), sbs, t, first, at=1.0)
+    assert (up.create, up.owed, up.requeue_after) == (2, 0, None)
+    both = next_pass(pool(5), sbs[1:], t, first, at=1.0)  # scale-up while one left
+    assert (both.create, both.replenish_held, both.owed) == (2, 1, 1)
+
+
+def test_replenish_delay_does_not_apply_to_the_pools_own_stuck_replacements() -> None:
+    t, p = template(), pool(2)
+    good = sandbox(p, t, owned=True)
+    stuck = sandbox(p, t, owned=True, ready=False, age=400)
+    before = frozenset({good["metadata"]["uid"], stuck["metadata"]["uid"]})
+    gc = plan(snap(p, [good, stuck], t, settings=DELAY, members_before=before))
+    assert gc.delete_stuck == [stuck] and gc.owed == 0 and gc.members == uids([good])
+    after = next_pass(p, [good], t, gc, at=1.0)  # the stuck one is gone
+    assert (after.create, after.owed) == (1, 0)
+
+
+def test_scale_down_forgives_owed_replacements_and_zero_delay_is_off() -> None:
+    t, p = template(), pool(3)
+    sbs = [sandbox(p, t, owned=True) for _ in range(3)]
+    first = plan(snap(p, sbs, t, settings=DELAY))
+    left = next_pass(p, sbs[1:], t, first, at=0.0)
+    down = next_pass(pool(2), sbs[1:], t, left, at=1.0)
+    assert (down.owed, down.missing_since, down.requeue_after) == (0, None, None)
+    off = plan(snap(p, sbs[1:], t, members_before=uids(sbs)))  # default: no delay
+    assert (off.create, off.owed) == (1, 0)
+
+
+def test_refill_tokens_cap_creates_and_requeue_when_the_next_token_is_due() -> None:
+    t = template()
+    rate = Settings(max_refill_rate=2.0)
+    capped = plan(snap(pool(5), [], t, settings=rate, refill_tokens=1.5))
+    assert (capped.create, capped.rate_held, capped.requeue_after) == (1, 4, 0.25)
+    empty = plan(snap(pool(5), [], t, settings=rate, refill_tokens=0.0))
+    assert (empty.create, empty.rate_held, empty.blueprint) == (0, 5, None)
+    assert empty.requeue_after == 0.5
+    plenty = plan(snap(pool(2), [], t, settings=rate, refill_tokens=2.0))
+    assert (plenty.create, plenty.rate_held, plenty.requeue_after) == (2, 0, None)
+
+
+# ------------------------------------------------------------- warm pool eviction (#713)
+def pod_annotations(pl: Plan) -> dict[str, str]:
+    assert pl.blueprint is not None
+    meta = pl.blueprint["spec"]["podTemplate"]["metadata"]
+    return dict(meta.get("annotations") or {})
+
+
+def test_eviction_annotation_is_added_to_the_pool_blueprint() -> None:
+    t = template(pod_meta={"metadata": {"annotations": {"a": "b"}}})
+    got = pod_annotations(plan(snap(pool(1), [], t)))
+    assert got == {"a": "b", keys.ANNOTATION_SAFE_TO_EVICT: "true"}
+    off = plan(snap(pool(1), [], t, settings=Settings(warm_pool_eviction=False)))
+    assert pod_annotations(off) == {"a": "b"}
+    # the annotation is not part of the pod-template hash: flipping the flag is no rollout
+    assert (
+        plan(snap(pool(1), [], t)).blueprint["metadata"]["labels"]
+        == (  # type: ignore[index]
+            off.blueprint["metadata"]["labels"]  # type: ignore[index]
+        )
+    )
+
+
+@pytest.mark.parametrize("value", ["false", "true"])
+def test_eviction_annotation_the_template_sets_is_kept(value: str) -> None:
+    t = template(pod_meta={"metadata": {"annotations": {keys.ANNOTATION_SAFE_TO_EVICT: value}}})
+    assert pod_annotations(plan(snap(pool(1), [], t))) == {keys.ANNOTATION_SAFE_TO_EVICT: value}
+
+
+def claimed_sandbox(t: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    p = pool(1)
+    created = apply(p, [], plan(snap(p, [], t)))[0]
+    created["metadata"]["resourceVersion"] = "7"
+    claim = {"metadata": {"name": "c", "namespace": NS, "uid": "claim-uid"}, "spec": {}}
+    return created, claim
+
+
+@pytest.mark.parametrize("with_template", [True, False])
+def test_adoption_removes_the_pools_eviction_annotation(with_template: bool) -> None:
+    t = template(pod_meta={"metadata": {"annotations": {"a": "b"}}})
+    sb, claim = claimed_sandbox(t)
+    patch = adoption_patch(sb, claim, t if with_template else None)
+    pod_patch = patch["spec"]["podTemplate"]["metadata"]
+    assert pod_patch["annotations"] == {keys.ANNOTATION_SAFE_TO_EVICT: None}
+
+
+def test_adoption_keeps_an_eviction_annotation_the_template_sets() -> None:
+    t = template(pod_meta={"metadata": {"annotations": {keys.ANNOTATION_SAFE_TO_EVICT: "true"}}})
+    sb, claim = claimed_sandbox(t)
+    pod_patch = adoption_patch(sb, claim, t)["spec"]["podTemplate"]["metadata"]
+    assert keys.ANNOTATION_SAFE_TO_EVICT not in pod_patch.get("annotations", {})
+    # without the template (deleted) nobody can tell who set it: upstream's rule, "true" goes
+    pod_patch = adoption_patch(sb, claim, None)["spec"]["podTemplate"]["metadata"]
+    assert pod_patch["annotations"] == {keys.ANNOTATION_SAFE_TO_EVICT: None}

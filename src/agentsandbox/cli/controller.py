@@ -173,6 +173,9 @@ def register_controllers(mgr: Manager, opts: Options) -> None:
                 unschedulable_recheck_interval=(
                     opts.sandbox_warm_pool_unschedulable_recheck_interval
                 ),
+                replenish_delay=opts.sandbox_warm_pool_replenish_delay,
+                max_refill_rate=opts.sandbox_warm_pool_max_refill_rate,
+                warm_pool_eviction=opts.enable_warm_pool_eviction,
             ),
             workers=opts.sandbox_warm_pool_concurrent_workers,
         )

@@ -20,6 +20,21 @@ NOT_APPLICABLE = (
     "pprof-block-profile-rate",
     "pprof-mutex-profile-fraction",
 )
+# Upstream HEAD flags accepted so that a HEAD Deployment's args still start this binary, but with
+# no effect (a warning line each when given): we run no webhook server (v1alpha1 is served without
+# a conversion webhook, docs/api.md) and keep one API connection pool (spec core §8, #1240).
+NO_EFFECT = (
+    "enable-webhook",
+    "manage-webhook-certs",
+    "webhook-port",
+    "webhook-cert-dir",
+    "webhook-cert-name",
+    "webhook-key-name",
+    "webhook-service-name",
+    "webhook-namespace",
+    "separate-watch-connection",
+    "api-connections",
+)
 
 
 def build_flagset() -> FlagSet:
@@ -77,6 +92,39 @@ def build_flagset() -> FlagSet:
         60.0,
         "How often a warm pool re-checks sandboxes whose pods cannot be scheduled",
     )
+    fs.add_duration(
+        "sandbox-warm-pool-replenish-delay",
+        0.0,
+        "How long a warm pool waits, after it first sees a member leave (adopted by a claim or "
+        "deleted), before creating its replacement; re-armed while members keep leaving. Scale-up "
+        "and the initial fill are not delayed. 0 disables it",
+    )
+    fs.add_float(
+        "sandbox-warm-pool-max-refill-rate",
+        0.0,
+        "Most sandbox creates per second per warm pool (a token bucket of capacity max(1, rate)); "
+        "0 means unlimited",
+    )
+    fs.add_bool(
+        "enable-warm-pool-eviction",
+        True,
+        'Annotate warm pool pods with cluster-autoscaler.kubernetes.io/safe-to-evict: "true" '
+        "(unless the template sets that key); a claim adopting the sandbox removes it",
+    )
+    fs.add_bool("enable-webhook", True, "Run the webhook server (no effect: no webhook here)")
+    fs.add_bool("manage-webhook-certs", True, "Manage the webhook serving certificates (no effect)")
+    fs.add_int("webhook-port", 9443, "Webhook server port (no effect)")
+    fs.add_string(
+        "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Webhook cert dir (no effect)"
+    )
+    fs.add_string("webhook-cert-name", "tls.crt", "Webhook certificate file name (no effect)")
+    fs.add_string("webhook-key-name", "tls.key", "Webhook key file name (no effect)")
+    fs.add_string(
+        "webhook-service-name", "agent-sandbox-webhook-service", "Webhook Service (no effect)"
+    )
+    fs.add_string("webhook-namespace", "agent-sandbox-system", "Webhook namespace (no effect)")
+    fs.add_bool("separate-watch-connection", False, "Dedicated watch connection (no effect)")
+    fs.add_int("api-connections", 1, "HTTP/2 API connections to shard requests over (no effect)")
     fs.add_bool(
         "disable-claim-events",
         False,
@@ -121,6 +169,9 @@ class Options:
     sandbox_warm_pool_max_batch_size: int
     sandbox_warm_pool_readiness_grace_period: float
     sandbox_warm_pool_unschedulable_recheck_interval: float
+    sandbox_warm_pool_replenish_delay: float
+    sandbox_warm_pool_max_refill_rate: float
+    enable_warm_pool_eviction: bool
     disable_claim_events: bool
     disable_claim_observability_annotations: bool
     kubeconfig: str
@@ -129,6 +180,7 @@ class Options:
     zap_log_level: str
     zap_time_encoding: str
     not_applicable: tuple[str, ...]
+    no_effect: tuple[str, ...] = ()
 
     @classmethod
     def from_values(cls, values: dict[str, Any], given: set[str]) -> Options:
@@ -154,6 +206,9 @@ class Options:
             sandbox_warm_pool_unschedulable_recheck_interval=v(
                 "sandbox-warm-pool-unschedulable-recheck-interval"
             ),
+            sandbox_warm_pool_replenish_delay=v("sandbox-warm-pool-replenish-delay"),
+            sandbox_warm_pool_max_refill_rate=v("sandbox-warm-pool-max-refill-rate"),
+            enable_warm_pool_eviction=v("enable-warm-pool-eviction"),
             disable_claim_events=v("disable-claim-events"),
             disable_claim_observability_annotations=v("disable-claim-observability-annotations"),
             kubeconfig=v("kubeconfig"),
@@ -162,6 +217,7 @@ class Options:
             zap_log_level=v("zap-log-level"),
             zap_time_encoding=v("zap-time-encoding"),
             not_applicable=tuple(n for n in NOT_APPLICABLE if n in given),
+            no_effect=tuple(n for n in NO_EFFECT if n in given),
         )
 
     def errors(self) -> list[str]:
@@ -188,6 +244,12 @@ class Options:
         ):
             if seconds <= 0:
                 out.append(f"--{flag} must be a positive duration")
+        for flag, number in (
+            ("sandbox-warm-pool-replenish-delay", self.sandbox_warm_pool_replenish_delay),
+            ("sandbox-warm-pool-max-refill-rate", self.sandbox_warm_pool_max_refill_rate),
+        ):
+            if number < 0:
+                out.append(f"--{flag} must not be negative")
         if self.zap_encoder not in ("", "json", "console"):
             out.append(f'--zap-encoder must be "json" or "console", got "{self.zap_encoder}"')
         return out
@@ -208,6 +270,10 @@ class Options:
                 f"({self.kube_api_burst}); reconciles will wait on the client rate limiter"
             )
         out.extend(f"--{n} has no effect in this implementation" for n in self.not_applicable)
+        out.extend(
+            f"--{n} is accepted for compatibility with upstream and has no effect here"
+            for n in self.no_effect
+        )
         return out
 
 

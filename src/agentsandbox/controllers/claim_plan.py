@@ -358,6 +358,18 @@ def _map_patch(old: Obj | None, new: Obj) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------- adoption
+def _without_pool_eviction(pod_meta: Obj, template: Obj | None) -> Obj:
+    """The pool's ``safe-to-evict: "true"`` (``--enable-warm-pool-eviction``) does not follow
+    a sandbox out of the pool: dropped unless the template sets that key itself."""
+    tpl = ((template or {}).get("spec") or {}).get("podTemplate", {}).get("metadata") or {}
+    annotations = pod_meta.get("annotations") or {}
+    key = keys.ANNOTATION_SAFE_TO_EVICT
+    if annotations.get(key) != "true" or key in (tpl.get("annotations") or {}):
+        return pod_meta
+    kept = {k: v for k, v in annotations.items() if k != key}
+    return {**pod_meta, "annotations": kept}
+
+
 def adoption_patch(sb: Obj, claim: Obj, template: Obj | None) -> dict[str, Any]:
     """The one merge patch that hands pool sandbox ``sb`` to ``claim`` (spec §5.10, with §9):
 
@@ -383,7 +395,9 @@ def adoption_patch(sb: Obj, claim: Obj, template: Obj | None) -> dict[str, Any]:
     if trace and current_annotations.get(keys.ANNOTATION_TRACE_CONTEXT) != trace:
         annotations[keys.ANNOTATION_TRACE_CONTEXT] = trace
     current_pod_meta = (sb.get("spec") or {}).get("podTemplate", {}).get("metadata") or {}
-    pod_meta = claimed_pod_metadata(claim, template, current_pod_meta)
+    pod_meta = claimed_pod_metadata(
+        claim, template, _without_pool_eviction(current_pod_meta, template)
+    )
     pod_patch: dict[str, Any] = {}
     for field in ("labels", "annotations"):
         diff = _map_patch(current_pod_meta.get(field), pod_meta.get(field) or {})

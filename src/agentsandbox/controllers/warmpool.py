@@ -152,6 +152,40 @@ class PoolMemory:
     # the not-progressing reason last announced by an event (None: progressing)
     reported: str | None = None
     warned_strategy: str | None = None
+    # replenish delay (see warmpool_plan.Snapshot): members kept by the last pass, when a
+    # departure was last first seen, replacements still waiting
+    members: frozenset[str] | None = None
+    missing_since: float | None = None
+    owed: int = 0
+    refill: RefillBucket | None = None
+
+
+@dataclass
+class RefillBucket:
+    """``--sandbox-warm-pool-max-refill-rate``: a pool's token bucket. It refills at ``rate``
+    tokens per second up to ``max(1, rate)``, starts full, and each create takes one token. The
+    time comes from the reconciler's (injectable) clock."""
+
+    rate: float
+    tokens: float
+    last: float
+
+    @classmethod
+    def full(cls, rate: float, now: float) -> RefillBucket:
+        return cls(rate, max(1.0, rate), now)
+
+    @property
+    def capacity(self) -> float:
+        return max(1.0, self.rate)
+
+    def available(self, now: float) -> float:
+        if now > self.last:
+            self.tokens = min(self.capacity, self.tokens + (now - self.last) * self.rate)
+            self.last = now
+        return self.tokens
+
+    def take(self, n: int) -> None:
+        self.tokens -= n
 
 
 def pool_index(sb: KubeObject) -> list[str]:
@@ -310,6 +344,10 @@ class WarmPoolReconciler:
             decision = plan(replace(snap, skip=snap.skip | skipped))
         memory.held = decision.held_uids
         memory.pod_missing_since = decision.pod_missing_since
+        memory.members = decision.members
+        memory.missing_since, memory.owed = decision.missing_since, decision.owed
+        if memory.refill is not None:
+            memory.refill.take(decision.create)
         await self.act(pool, decision, outcome)
         try:
             await self.write_status(pool, decision, outcome.create_error, memory)
@@ -352,6 +390,12 @@ class WarmPoolReconciler:
         sandboxes = self.sandboxes.by_index(POOL_INDEX, f"{ns}/{name_hash(meta['name'])}")
         ref = ((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name", "")
         template = self.templates.get(ref, ns) if ref else None
+        now = self.clock()
+        tokens: float | None = None
+        if self.settings.max_refill_rate > 0 and memory is not None:
+            if memory.refill is None:
+                memory.refill = RefillBucket.full(self.settings.max_refill_rate, now)
+            tokens = memory.refill.available(now)
         pods: dict[str, KubeObject] = {}
         for sb in sandboxes:
             if not is_sandbox_ready(sb):
@@ -363,12 +407,16 @@ class WarmPoolReconciler:
             sandboxes=sandboxes,
             template=template,
             template_error=None if template is not None else "NotFound",
-            now=self.clock(),
+            now=now,
             pods=pods,
             expectations_satisfied=self.expectations.satisfied(meta.get("uid", "")),
             settings=self.settings,
             held_before=memory.held if memory else frozenset(),
             pod_missing_since=dict(memory.pod_missing_since) if memory else {},
+            members_before=memory.members if memory else None,
+            missing_since=memory.missing_since if memory else None,
+            owed=memory.owed if memory else 0,
+            refill_tokens=tokens,
         )
 
     async def adopt(

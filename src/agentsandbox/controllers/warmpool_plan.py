@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,9 +32,14 @@ from typing import Any
 from agentsandbox.api import keys
 from agentsandbox.api.conditions import find_condition, is_sandbox_ready, set_status_condition
 from agentsandbox.api.defaults import apply_sandbox_secure_defaults
-from agentsandbox.api.equality import pod_spec_equal
+from agentsandbox.api.equality import pod_spec_equal, typed_equal
 from agentsandbox.api.gojson import GoJSONError
-from agentsandbox.api.hashing import name_hash, pod_template_hash, warm_pool_selector
+from agentsandbox.api.hashing import (
+    name_hash,
+    pod_template_hash,
+    sandbox_blueprint_hash,
+    warm_pool_selector,
+)
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_WARM_POOL
 from agentsandbox.api.owners import controller_of, controller_reference
 from agentsandbox.api.timefmt import parse_rfc3339
@@ -60,6 +66,8 @@ NOT_PROGRESSING_REASONS = frozenset(
     {REASON_TEMPLATE_NOT_FOUND, REASON_TEMPLATE_ERROR, REASON_BLOCKED, REASON_CREATE_FAILED}
 )
 
+SAFE_TO_EVICT_TRUE = "true"
+
 # How long a not-Ready sandbox that reports a pod our pod cache has not seen is given for the
 # cache to catch up; after that the seed's stuck rule applies to it as to any other.
 POD_CACHE_WAIT = 10.0
@@ -73,6 +81,12 @@ class Settings:
     max_batch_size: int = 300
     readiness_grace_period: float = 300.0
     unschedulable_recheck_interval: float = 60.0
+    # --sandbox-warm-pool-replenish-delay: seconds a replacement for a departed member waits
+    replenish_delay: float = 0.0
+    # --sandbox-warm-pool-max-refill-rate: creates per second per pool (0: unlimited)
+    max_refill_rate: float = 0.0
+    # --enable-warm-pool-eviction: pool pods may be evicted by the cluster autoscaler
+    warm_pool_eviction: bool = True
 
 
 @dataclass(frozen=True)
@@ -93,6 +107,13 @@ class Snapshot:
     pod_missing_since: Mapping[str, float] = field(default_factory=dict)
     # orphans to leave alone this pass (their adoption just failed): neither adopted nor counted
     skip: frozenset[str] = frozenset()
+    # replenish delay: the members the previous pass kept (None: no earlier pass in this
+    # process), when a departure was last first seen, and how many replacements wait for it
+    members_before: frozenset[str] | None = None
+    missing_since: float | None = None
+    owed: int = 0
+    # tokens in the pool's refill bucket (None: no --sandbox-warm-pool-max-refill-rate)
+    refill_tokens: float | None = None
 
 
 @dataclass
@@ -115,6 +136,13 @@ class Plan:
     held_uids: frozenset[str] = frozenset()
     pod_missing_since: dict[str, float] = field(default_factory=dict)
     template_error: str | None = None
+    members: frozenset[str] = frozenset()
+    missing_since: float | None = None
+    owed: int = 0
+    # creates this pass did not make: replacements still inside the replenish delay, and
+    # creates over the refill rate
+    replenish_held: int = 0
+    rate_held: int = 0
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -133,27 +161,107 @@ def pod_specs_match(template: Obj, actual: Obj | None) -> bool:
     return pod_spec_equal(expected, dict(actual or {}))
 
 
+_PVC_SPEC = "@k8s.io/api/core/v1.PersistentVolumeClaimSpec"
+
+
+def volume_claim_templates_match(template: Obj, actual: Sequence[Obj] | None) -> bool:
+    """Upstream's compareVolumeClaimTemplates (#1102): same length, and index by index the same
+    ``metadata.name`` and a semantically equal ``spec`` (PVC labels/annotations do not count;
+    order does, as the list is atomic and hashed in order)."""
+    expected = template.get("spec", {}).get("volumeClaimTemplates") or []
+    got = actual or []
+    if len(expected) != len(got):
+        return False
+    for want, have in zip(expected, got, strict=True):
+        if ((want or {}).get("metadata") or {}).get("name", "") != (
+            (have or {}).get("metadata") or {}
+        ).get("name", ""):
+            return False
+        if not typed_equal((want or {}).get("spec"), (have or {}).get("spec"), _PVC_SPEC):
+            return False
+    return True
+
+
+def services_match(template: Obj, actual: Obj) -> bool:
+    """``service`` is a ``*bool``: unset, ``false`` and ``true`` are three different things."""
+    return typed_equal(template.get("spec", {}).get("service"), actual.get("service"), "*bool")
+
+
+def blueprints_match(template: Obj, sb: Obj) -> bool:
+    """Upstream's compareSandboxBlueprint (#1102): the pod spec (normalised with the secure
+    defaults), the volume claim templates (names + specs, index-wise) and ``service``."""
+    spec = sb.get("spec") or {}
+    return (
+        pod_specs_match(template, (spec.get("podTemplate") or {}).get("spec"))
+        and volume_claim_templates_match(template, spec.get("volumeClaimTemplates"))
+        and services_match(template, spec)
+    )
+
+
 def is_sandbox_stale(
-    sb: Obj, template: Obj, pod_hash: str, vetted: dict[str, bool], *, orphan: bool
+    sb: Obj,
+    template: Obj,
+    pod_hash: str,
+    vetted: dict[str, bool],
+    *,
+    orphan: bool,
+    blueprint_hash: str | None = None,
 ) -> bool:
-    """Layered staleness check (spec extensions §4.5)."""
+    """Layered staleness check (spec extensions §4.5, with upstream #1102's blueprint).
+
+    1. The template-ref hash label differs: stale.
+    2. An orphan: never trust its labels; full comparison (:func:`blueprints_match`).
+    3. Hashing the template failed (an empty hash): not stale, never mass-delete on that.
+    4. ``agents.x-k8s.io/sandbox-template-hash`` equals the blueprint hash: fresh. Set but
+       different: the full comparison decides (a blueprint that only serialises differently is
+       not churned), memoised per label value in ``vetted``.
+    5. Only the deprecated ``sandbox-pod-template-hash`` label (a sandbox from an older
+       controller): that label vouches for the pod template only, so the pod spec comparison is
+       skipped when it equals ``pod_hash`` (else done once per label value, memoised) and the
+       volume claim templates and ``service`` are always compared — cheap, and sandboxes with
+       the same pod hash may still differ there. Unchanged: fresh, not churned; a change of the
+       VCTs or the service alone: stale.
+    6. No hash label at all: the full comparison.
+
+    ``blueprint_hash`` is computed from the template when not given.
+    """
     labels = sb.get("metadata", {}).get("labels") or {}
     if labels.get(keys.LABEL_SANDBOX_TEMPLATE_REF_HASH) != name_hash(template["metadata"]["name"]):
         return True
-    actual = sb.get("spec", {}).get("podTemplate", {}).get("spec")
     if orphan:  # never trust labels on an object we do not own
-        return not pod_specs_match(template, actual)
-    h = labels.get(keys.LABEL_SANDBOX_POD_TEMPLATE_HASH, "")
-    if h and h == pod_hash:
-        return False
-    if not pod_hash:
+        return not blueprints_match(template, sb)
+    if blueprint_hash is None:
+        try:
+            blueprint_hash = sandbox_blueprint_hash(template.get("spec") or {})
+        except (GoJSONError, TypeError, ValueError):
+            blueprint_hash = ""
+    if not pod_hash or not blueprint_hash:
         return False  # hashing failed: never mass-delete on that
-    if h and h in vetted:
-        return vetted[h]
-    stale = not pod_specs_match(template, actual)
-    if h:
-        vetted[h] = stale
-    return stale
+    new = labels.get(keys.LABEL_SANDBOX_TEMPLATE_HASH, "")
+    if new:
+        if new == blueprint_hash:
+            return False
+        key = f"{keys.LABEL_SANDBOX_TEMPLATE_HASH}={new}"
+        if key not in vetted:
+            vetted[key] = not blueprints_match(template, sb)
+        return vetted[key]
+    old = labels.get(keys.LABEL_SANDBOX_POD_TEMPLATE_HASH, "")
+    spec = sb.get("spec") or {}
+    if old and old != pod_hash:
+        key = f"{keys.LABEL_SANDBOX_POD_TEMPLATE_HASH}={old}"
+        if key not in vetted:  # memoised: the pod part is stale
+            pod = (spec.get("podTemplate") or {}).get("spec")
+            vetted[key] = not pod_specs_match(template, pod)
+        pod_ok = not vetted[key]
+    elif old:
+        pod_ok = True
+    else:
+        return not blueprints_match(template, sb)
+    return not (
+        pod_ok
+        and volume_claim_templates_match(template, spec.get("volumeClaimTemplates"))
+        and services_match(template, spec)
+    )
 
 
 def blocked_reason(sb: Obj, pod: Obj | None) -> str | None:
@@ -178,15 +286,26 @@ def blocked_reason(sb: Obj, pod: Obj | None) -> str | None:
     return None
 
 
-def build_blueprint(pool: Obj, template: Obj, pod_hash: str) -> dict[str, Any]:
-    """The sandbox every create posts (spec extensions §4.7)."""
+def build_blueprint(
+    pool: Obj, template: Obj, pod_hash: str, blueprint_hash: str | None = None
+) -> dict[str, Any]:
+    """The sandbox every create posts (spec extensions §4.7).
+
+    Labelled (metadata and pod template) with both hashes, as upstream since #1102: the
+    blueprint hash ``agents.x-k8s.io/sandbox-template-hash`` that staleness reads, and the
+    deprecated pod-template hash kept for external readers and older controllers.
+    ``blueprint_hash`` is computed from the template when not given (may raise GoJSONError).
+    """
     meta = pool["metadata"]
     tspec = template.get("spec", {})
     ref_name = pool["spec"]["sandboxTemplateRef"]["name"]
+    if blueprint_hash is None:
+        blueprint_hash = sandbox_blueprint_hash(tspec)
     pool_labels = {
         keys.LABEL_WARM_POOL_SANDBOX: name_hash(meta["name"]),
         keys.LABEL_SANDBOX_TEMPLATE_REF_HASH: name_hash(ref_name),
         keys.LABEL_SANDBOX_POD_TEMPLATE_HASH: pod_hash,
+        keys.LABEL_SANDBOX_TEMPLATE_HASH: blueprint_hash,
     }
     ptpl = tspec.get("podTemplate", {})
     pod_meta = ptpl.get("metadata") or {}
@@ -260,13 +379,16 @@ def plan(snap: Snapshot) -> Plan:
     out = Plan(strategy=update_strategy(pool))
     out.template_error = snap.template_error
     template = snap.template if snap.template_error is None else None
-    pod_hash = ""
+    pod_hash = blueprint_hash = ""
     if template is not None:
         try:
             pod_hash = pod_template_hash(template.get("spec", {}).get("podTemplate", {}))
+            blueprint_hash = sandbox_blueprint_hash(template.get("spec") or {})
         except (GoJSONError, TypeError, ValueError) as err:
             # the seed's template error: no creates, no staleness checks, reported
-            out.template_error = f"cannot hash the pod template: {err}"
+            out.template_error = (
+                f"cannot hash the {'blueprint' if pod_hash else 'pod template'}: {err}"
+            )
             template = None
 
     vetted: dict[str, bool] = {}
@@ -288,7 +410,9 @@ def plan(snap: Snapshot) -> Plan:
         if (
             template is not None
             and (out.strategy == RECREATE or orphan)
-            and is_sandbox_stale(sb, template, pod_hash, vetted, orphan=orphan)
+            and is_sandbox_stale(
+                sb, template, pod_hash, vetted, orphan=orphan, blueprint_hash=blueprint_hash
+            )
         ):
             out.delete_stale.append(sb)
             own_deletes += mine
@@ -348,19 +472,32 @@ def plan(snap: Snapshot) -> Plan:
     current = len(active)
     ready = sum(1 for sb in active if is_sandbox_ready(sb))
     out.active, out.ready = current, ready
+    members = frozenset(_uid(sb) for sb in active)
+    own_deleted = {_uid(sb) for sb in out.delete_stale + out.delete_stuck}
+    replenish_due = _replenish_hold(snap, out, members, own_deleted, max(0, desired - current))
 
     if snap.expectations_satisfied:
         if current < desired and template is not None:
             # never exceed spec.replicas while our old objects are still on their way out
             wanted = min(desired - current, settings.max_batch_size)
             room = desired - current - terminating - own_deletes
-            out.create = max(0, min(room, settings.max_batch_size))
-            out.held_back = wanted - out.create
+            allowed = max(0, min(room, settings.max_batch_size))
+            out.held_back = wanted - allowed
+            # replacements of departed members wait for the replenish delay; scale-up does not
+            unheld = max(0, min(allowed, desired - current - out.owed))
+            out.replenish_held = allowed - unheld
+            out.create = unheld
+            if snap.refill_tokens is not None:
+                out.create = min(unheld, max(0, math.floor(snap.refill_tokens)))
+                out.rate_held = unheld - out.create
             if out.create:
-                out.blueprint = build_blueprint(pool, template, pod_hash)
+                out.blueprint = build_blueprint(pool, template, pod_hash, blueprint_hash)
+                if settings.warm_pool_eviction:
+                    out.blueprint = with_eviction_annotation(out.blueprint, template)
         elif current > desired:
             n = min(current - desired, settings.max_batch_size, current)
             out.delete_excess = _deletion_order(active)[:n]
+    out.members = members - {_uid(sb) for sb in out.delete_excess}
 
     out.status = _status(snap, out, desired, pod_hash)
     requeues = []
@@ -370,8 +507,57 @@ def plan(snap: Snapshot) -> Plan:
         requeues.append(settings.unschedulable_recheck_interval)
     if out.held_back:
         requeues.append(HELD_BACK_RECHECK)
+    if replenish_due is not None:
+        requeues.append(max(replenish_due - snap.now, 0.0))
+    if out.rate_held and snap.refill_tokens is not None and settings.max_refill_rate > 0:
+        missing = 1.0 - (snap.refill_tokens - math.floor(snap.refill_tokens))
+        requeues.append(missing / settings.max_refill_rate)
     out.requeue_after = min(requeues) if requeues else None
     return out
+
+
+def _replenish_hold(
+    snap: Snapshot, out: Plan, members: frozenset[str], own_deleted: set[str], deficit: int
+) -> float | None:
+    """The replenish delay (``--sandbox-warm-pool-replenish-delay``): sets ``out.owed`` (the
+    replacements that must still wait) and ``out.missing_since``; returns when they are due.
+
+    A member *left* the pool when the previous pass kept it and this pass does not see it as an
+    active member, unless this pass deletes it itself (stale, stuck): a claim adopted it, or
+    someone deleted it. Counted by UID, so a departure and a new member seen in the same pass do
+    not cancel out. Every departure re-arms the hold (``missing_since`` = now); replacements are
+    owed at most up to the deficit, so a scale-down forgives them and a scale-up is never held.
+    Without a previous pass in this process (start-up, initial fill) nothing is owed.
+    """
+    delay = snap.settings.replenish_delay
+    if delay <= 0:
+        return None
+    missing_since, owed = snap.missing_since, snap.owed
+    if snap.members_before is not None:
+        departed = len(snap.members_before - members - own_deleted)
+        if departed:
+            missing_since, owed = snap.now, owed + departed
+    owed = min(owed, deficit)
+    if owed <= 0 or missing_since is None or snap.now >= missing_since + delay:
+        return None
+    out.owed, out.missing_since = owed, missing_since
+    return missing_since + delay
+
+
+def with_eviction_annotation(blueprint: dict[str, Any], template: Obj) -> dict[str, Any]:
+    """``--enable-warm-pool-eviction``: the pool's pods carry
+    ``cluster-autoscaler.kubernetes.io/safe-to-evict: "true"`` (an idle warm pod must not keep
+    a node alive), unless the template's pod metadata sets that key itself. A claim adopting the
+    sandbox removes it again (:func:`.claim_plan.adoption_patch`)."""
+    tpl_meta = (template.get("spec") or {}).get("podTemplate", {}).get("metadata") or {}
+    if keys.ANNOTATION_SAFE_TO_EVICT in (tpl_meta.get("annotations") or {}):
+        return blueprint
+    pod_meta = blueprint["spec"]["podTemplate"].setdefault("metadata", {})
+    pod_meta["annotations"] = {
+        **(pod_meta.get("annotations") or {}),
+        keys.ANNOTATION_SAFE_TO_EVICT: SAFE_TO_EVICT_TRUE,
+    }
+    return blueprint
 
 
 def _status(snap: Snapshot, out: Plan, desired: int, pod_hash: str) -> dict[str, Any]:
