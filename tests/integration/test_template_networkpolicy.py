@@ -82,17 +82,28 @@ async def controllers(client: Client) -> AsyncIterator[Manager]:  # noqa: F811
         yield mgr
 
 
-class WriteCounter:
-    """Counts the client's writes by (verb, plural) while installed."""
+_NS_ARG = {"create": 1, "update": 1, "patch": 2, "delete": 1}  # positional index after resource
 
-    def __init__(self, client: Client) -> None:  # noqa: F811
+
+class WriteCounter:
+    """Counts the client's writes in one namespace by (verb, plural) while installed (the
+    in-process controllers also serve what earlier tests left in other namespaces)."""
+
+    def __init__(self, client: Client, namespace: str) -> None:  # noqa: F811
+        self.namespace = namespace
         self.counts: Counter[tuple[str, str]] = Counter()
         for verb in ("create", "update", "patch", "delete"):
             setattr(client, verb, self._wrap(verb, getattr(client, verb)))
 
     def _wrap(self, verb: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         async def call(resource: Resource, *args: Any, **kwargs: Any) -> Any:
-            self.counts[(verb, resource.plural)] += 1
+            ns = kwargs.get("namespace")
+            if ns is None and len(args) > _NS_ARG[verb]:
+                ns = args[_NS_ARG[verb]]
+            if ns is None and args and isinstance(args[0], dict):
+                ns = (args[0].get("metadata") or {}).get("namespace")
+            if ns == self.namespace:
+                self.counts[(verb, resource.plural)] += 1
             return await fn(resource, *args, **kwargs)
 
         return call
@@ -152,7 +163,7 @@ async def test_policy_created_updated_and_removed_as_the_template_says(
     client: Client,  # noqa: F811
     namespace: str,
 ) -> None:
-    writes = WriteCounter(client)
+    writes = WriteCounter(client, namespace)
     tpl = await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
     np_name = "tpl-network-policy"
     async with controllers(client):
@@ -241,7 +252,7 @@ async def test_a_same_name_policy_of_someone_else_is_never_touched(
 ) -> None:
     """Upstream #828: neither updated (Managed) nor deleted (Unmanaged); reported with a
     Warning event. Once it is gone, the template's own policy is created at once."""
-    writes = WriteCounter(client)
+    writes = WriteCounter(client, namespace)
     theirs = await client.create(
         NETWORKPOLICIES,
         {
