@@ -998,3 +998,165 @@ def test_adoption_keeps_an_eviction_annotation_the_template_sets() -> None:
     # without the template (deleted) nobody can tell who set it: upstream's rule, "true" goes
     pod_patch = adoption_patch(sb, claim, None)["spec"]["podTemplate"]["metadata"]
     assert pod_patch["annotations"] == {keys.ANNOTATION_SAFE_TO_EVICT: None}
+
+
+# ------------------------------------------------------------------ blueprint hash and staleness
+# Upstream c409f9fa (#1102): the pool labels its sandboxes with the blueprint hash
+# (agents.x-k8s.io/sandbox-template-hash) and still with the deprecated pod-template hash;
+# staleness compares the whole blueprint: pod spec ∧ VCT names + specs index-wise ∧ service.
+def _vct(name: str = "data", size: str = "1Gi", **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, **meta},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}},
+    }
+
+
+def test_build_blueprint_writes_both_hash_labels_on_sandbox_and_pod_template() -> None:
+    t = template(volumeClaimTemplates=[_vct()], service=True)
+    bp = build_blueprint(pool(1), t, pod_template_hash(t["spec"]["podTemplate"]))
+    for labels in (bp["metadata"]["labels"], bp["spec"]["podTemplate"]["metadata"]["labels"]):
+        assert labels[keys.LABEL_SANDBOX_TEMPLATE_HASH] == sandbox_blueprint_hash(t["spec"])
+        assert labels[keys.LABEL_SANDBOX_POD_TEMPLATE_HASH] == pod_template_hash(
+            t["spec"]["podTemplate"]
+        )
+    assert bp["spec"]["volumeClaimTemplates"] == [_vct()] and bp["spec"]["service"] is True
+    # the plan passes the hash it computed once per pass
+    pl = plan(snap(pool(1), [], t))
+    assert pl.blueprint is not None
+    assert pl.blueprint["metadata"]["labels"][keys.LABEL_SANDBOX_TEMPLATE_HASH] == (
+        sandbox_blueprint_hash(t["spec"])
+    )
+
+
+BASE: dict[str, Any] = {"volumeClaimTemplates": [_vct()], "service": True}
+STALENESS_TABLE: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [
+    ("unchanged", BASE, BASE, False),
+    ("vct size", BASE, {**BASE, "volumeClaimTemplates": [_vct(size="2Gi")]}, True),
+    ("vct name", BASE, {**BASE, "volumeClaimTemplates": [_vct(name="cache")]}, True),
+    ("vct added", BASE, {**BASE, "volumeClaimTemplates": [_vct(), _vct("cache")]}, True),
+    ("vct removed", BASE, {"service": True}, True),
+    ("vct order", {"volumeClaimTemplates": [_vct("a"), _vct("b")]},
+     {"volumeClaimTemplates": [_vct("b"), _vct("a")]}, True),
+    # PVC metadata other than the name is not compared (upstream): new hash, not stale
+    ("vct labels only", BASE, {**BASE, "volumeClaimTemplates": [_vct(labels={"x": "y"})]}, False),
+    ("service true->unset", BASE, {"volumeClaimTemplates": [_vct()]}, True),
+    ("service true->false", BASE, {**BASE, "service": False}, True),
+    ("service unset->false", {}, {"service": False}, True),
+    ("pod image", BASE, {**BASE, "image": "other"}, True),
+    # pod metadata is not compared either (the seed's comparePodSpecs): new hash, not stale
+    ("pod labels only", BASE, {**BASE, "pod_meta": {"metadata": {"labels": {"a": "b"}}}}, False),
+]  # fmt: skip
+
+
+def _tpl(spec: dict[str, Any]) -> dict[str, Any]:
+    return template(**copy.deepcopy(spec))
+
+
+@pytest.mark.parametrize("old_controller", [False, True], ids=["both-labels", "old-label-only"])
+@pytest.mark.parametrize(
+    ("before", "after", "stale"),
+    [row[1:] for row in STALENESS_TABLE],
+    ids=[row[0] for row in STALENESS_TABLE],
+)
+def test_is_sandbox_stale_compares_the_whole_blueprint(
+    before: dict[str, Any], after: dict[str, Any], stale: bool, old_controller: bool
+) -> None:
+    old_t, new_t, p = _tpl(before), _tpl(after), pool(1, strategy="Recreate")
+    pod_hash = pod_template_hash(new_t["spec"]["podTemplate"])
+    bp_hash = sandbox_blueprint_hash(new_t["spec"])
+    owned = sandbox(p, old_t, owned=True, old_controller=old_controller)
+    orphan = sandbox(p, old_t, old_controller=old_controller)
+    assert is_sandbox_stale(owned, new_t, pod_hash, {}, orphan=False, blueprint_hash=bp_hash) is (
+        stale
+    )
+    assert is_sandbox_stale(orphan, new_t, pod_hash, {}, orphan=True, blueprint_hash=bp_hash) is (
+        stale
+    )
+    # without the hash passed in (the claim path), the same verdict
+    assert is_sandbox_stale(owned, new_t, pod_hash, {}, orphan=False) is stale
+    # and the plan of a Recreate pool acts on it
+    pl = plan(snap(p, [owned], new_t))
+    assert pl.delete_stale == ([owned] if stale else [])
+    # an OnReplenish pool keeps what it owns
+    assert plan(snap(pool(1), [owned], new_t)).delete_stale == []
+
+
+def test_semantically_equal_blueprint_with_a_different_hash_label_is_not_churned() -> None:
+    t, p = template(volumeClaimTemplates=[_vct(size="1Gi")]), pool(2, strategy="Recreate")
+    sbs = [sandbox(p, t, owned=True) for _ in range(2)]
+    for sb in sbs:  # e.g. written by another serialiser, or an equal quantity spelled otherwise
+        sb["metadata"]["labels"][keys.LABEL_SANDBOX_TEMPLATE_HASH] = "0badc0de"
+        sb["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] = "1024Mi"
+    vetted: dict[str, bool] = {}
+    for sb in sbs:
+        assert not is_sandbox_stale(
+            sb, t, pod_template_hash(t["spec"]["podTemplate"]), vetted, orphan=False
+        )
+    assert vetted == {f"{keys.LABEL_SANDBOX_TEMPLATE_HASH}=0badc0de": False}  # compared once
+    assert plan(snap(p, sbs, t)).delete_stale == []
+
+
+def test_old_label_only_sandboxes_are_kept_when_nothing_changed() -> None:
+    """Sandboxes from a controller before #1102 carry only the pod-template hash: not churned."""
+    t, p = template(volumeClaimTemplates=[_vct()], service=True), pool(3, strategy="Recreate")
+    sbs = [sandbox(p, t, owned=True, old_controller=True) for _ in range(3)]
+    assert all(keys.LABEL_SANDBOX_TEMPLATE_HASH not in sb["metadata"]["labels"] for sb in sbs)
+    pl = plan(snap(p, sbs, t))
+    assert pl.delete_stale == [] and pl.create == 0 and pl.active == 3
+
+
+def test_old_label_only_vct_change_rolls_a_recreate_pool() -> None:
+    """Same pod template (so the same deprecated label), different VCTs: stale under Recreate."""
+    old_t, p = template(volumeClaimTemplates=[_vct()]), pool(2, strategy="Recreate")
+    sbs = [sandbox(p, old_t, owned=True, old_controller=True) for _ in range(2)]
+    new_t = template(volumeClaimTemplates=[_vct(size="5Gi")])
+    assert pod_template_hash(old_t["spec"]["podTemplate"]) == pod_template_hash(
+        new_t["spec"]["podTemplate"]
+    )
+    sbs, _ = converge(p, sbs, new_t, passes=3)
+    assert len(sbs) == 2
+    for sb in sbs:
+        assert sb["spec"]["volumeClaimTemplates"] == [_vct(size="5Gi")]
+        assert sb["metadata"]["labels"][keys.LABEL_SANDBOX_TEMPLATE_HASH] == (
+            sandbox_blueprint_hash(new_t["spec"])
+        )
+
+
+def test_old_label_memo_covers_the_pod_part_only() -> None:
+    """Sandboxes sharing a deprecated pod-template hash may still differ in VCTs: the memo for
+    that label holds only the pod comparison; VCTs and service are compared per sandbox."""
+    new_t, p = template(image="v2", volumeClaimTemplates=[_vct()]), pool(2, strategy="Recreate")
+    a = sandbox(p, template(image="v2", volumeClaimTemplates=[_vct()]), owned=True)
+    b = sandbox(p, template(image="v2", volumeClaimTemplates=[_vct(size="9Gi")]), owned=True)
+    for sb in (a, b):
+        del sb["metadata"]["labels"][keys.LABEL_SANDBOX_TEMPLATE_HASH]
+        sb["metadata"]["labels"][keys.LABEL_SANDBOX_POD_TEMPLATE_HASH] = "0ld0ld00"
+    vetted: dict[str, bool] = {}
+    pod_hash = pod_template_hash(new_t["spec"]["podTemplate"])
+    assert not is_sandbox_stale(a, new_t, pod_hash, vetted, orphan=False)
+    assert is_sandbox_stale(b, new_t, pod_hash, vetted, orphan=False)
+    assert vetted == {f"{keys.LABEL_SANDBOX_POD_TEMPLATE_HASH}=0ld0ld00": False}
+
+
+def test_sandbox_without_any_hash_label_gets_the_full_comparison() -> None:
+    t, p = template(service=True), pool(1, strategy="Recreate")
+    sb = sandbox(p, t, owned=True)
+    for k in (keys.LABEL_SANDBOX_TEMPLATE_HASH, keys.LABEL_SANDBOX_POD_TEMPLATE_HASH):
+        del sb["metadata"]["labels"][k]
+    pod_hash = pod_template_hash(t["spec"]["podTemplate"])
+    assert not is_sandbox_stale(sb, t, pod_hash, {}, orphan=False)
+    sb["spec"]["service"] = False
+    assert is_sandbox_stale(sb, t, pod_hash, {}, orphan=False)
+
+
+def test_unhashable_blueprint_is_a_template_error_and_never_deletes() -> None:
+    good = template()
+    p = pool(1, strategy="Recreate")
+    sb = sandbox(p, template(image="old"), owned=True)
+    bad = template(volumeClaimTemplates=[{"spec": {"resources": {"requests": {"storage": "x"}}}}])
+    pl = plan(snap(p, [sb], bad))
+    assert pl.template_error is not None and "blueprint" in pl.template_error
+    assert pl.delete_stale == [] and pl.create == 0
+    # and an empty blueprint hash (hashing failed) never marks an owned sandbox stale
+    pod_hash = pod_template_hash(good["spec"]["podTemplate"])
+    assert not is_sandbox_stale(sb, good, pod_hash, {}, orphan=False, blueprint_hash="")
