@@ -429,6 +429,15 @@ def rule(expr: str, message: str) -> dict[str, str]:
     return {"rule": expr, "message": message}
 
 
+# spec.operatingMode (upstream HEAD, #801) and spec.replicas (35b9757f) say the same thing; an
+# object may set either or both, but not two different things.
+OPERATING_MODE_RULE = rule(
+    "!has(self.operatingMode) || !has(self.replicas) || "
+    "(self.operatingMode == 'Suspended') == (self.replicas == 0)",
+    "spec.operatingMode and spec.replicas disagree: Suspended means replicas 0 and Running "
+    "means replicas 1; change both together, or remove spec.replicas",
+)
+
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
@@ -557,11 +566,20 @@ class Schemas:
                     default="Retain",
                     enum=["Delete", "Retain"],
                 ),
+                # No default (upstream 35b9757f defaults it to 1): a default would turn an
+                # upstream-HEAD object `operatingMode: Suspended` (no replicas) into a
+                # contradiction. Unset replicas and operatingMode mean running.
                 "replicas": int32(
-                    "1 runs the pod, 0 suspends the sandbox (pod deleted, PVCs kept).",
-                    default=1,
+                    "1 runs the pod, 0 suspends the sandbox (pod deleted, PVCs kept). Unset: "
+                    "as operatingMode.",
                     minimum=0,
                     maximum=1,
+                ),
+                # upstream HEAD's replacement of replicas (#801); both are served, same meaning
+                "operatingMode": string(
+                    "Running (as replicas 1) or Suspended (as replicas 0). Unset: replicas "
+                    "decides.",
+                    enum=["Running", "Suspended"],
                 ),
                 "service": boolean(
                     "true: keep a headless Service; false: delete it; unset: keep an existing one."
@@ -569,6 +587,7 @@ class Schemas:
             },
             "Desired state of the Sandbox.",
             required=["podTemplate"],
+            rules=[OPERATING_MODE_RULE],
         )
         status = obj(
             {
@@ -706,7 +725,8 @@ class Schemas:
     def warm_pool(self) -> tuple[Schema, Schema]:
         spec = obj(
             {
-                "replicas": int32("Number of warm sandboxes to keep.", minimum=0),
+                # optional, default 1 (upstream #975)
+                "replicas": int32("Number of warm sandboxes to keep.", default=1, minimum=0),
                 "sandboxTemplateRef": template_ref(),
                 "updateStrategy": obj(
                     {
@@ -721,7 +741,7 @@ class Schemas:
                 ),
             },
             "Desired state of the SandboxWarmPool.",
-            required=["replicas", "sandboxTemplateRef"],
+            required=["sandboxTemplateRef"],
         )
         status = obj(
             {

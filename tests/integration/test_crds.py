@@ -187,8 +187,12 @@ UPSTREAM_CRD_NAMES = sorted(upstream_crds())
 # warmPoolRef; docs/api.md): `warmpool` has no CRD default, because absent already means
 # "default" to the controller and a default would set it beside a warmPoolRef, which a CEL rule
 # forbids. Upstream's `required: [sandboxTemplateRef]` became "exactly one reference" (CEL); that
-# is less required, which compare() accepts anyway.
+# is less required, which compare() accepts anyway. Sandbox `spec.replicas` has no default: it
+# now sits beside upstream HEAD's `spec.operatingMode` (#801), and a default of 1 would turn an
+# object with only `operatingMode: Suspended` into a contradiction the CEL rule rejects; unset
+# still means running to the controller, as upstream's default did.
 ALLOWED_DIFFS: dict[str, set[str]] = {
+    "sandboxes.agents.x-k8s.io": {".spec.replicas: default 1 != None"},
     "sandboxclaims.extensions.agents.x-k8s.io": {".spec.warmpool: default 'default' != None"},
 }
 
@@ -342,7 +346,8 @@ def test_compat_defaults_are_applied(cluster: DevCluster, namespace: str) -> Non
         ),
         namespace,
     )
-    assert sb["spec"]["replicas"] == 1
+    assert "replicas" not in sb["spec"]  # no default beside operatingMode (unset = running)
+    assert "operatingMode" not in sb["spec"]
     assert sb["spec"]["shutdownPolicy"] == "Retain"
     assert sb["spec"]["podTemplate"]["spec"]["containers"][0]["ports"][0]["protocol"] == "TCP"
     pool = create(
@@ -355,6 +360,12 @@ def test_compat_defaults_are_applied(cluster: DevCluster, namespace: str) -> Non
         namespace,
     )
     assert pool["spec"]["updateStrategy"] == {"type": "OnReplenish"}
+    optional = create(
+        cluster,
+        ext("SandboxWarmPool", "no-replicas", {"sandboxTemplateRef": {"name": "t"}}),
+        namespace,
+    )
+    assert optional["spec"]["replicas"] == 1  # optional, default 1 (upstream #975)
     claim = create(
         cluster,
         ext("SandboxClaim", "defaults", {"sandboxTemplateRef": {"name": "t"}, "lifecycle": {}}),
@@ -375,7 +386,7 @@ def test_compat_versions_share_storage(cluster: DevCluster, namespace: str) -> N
     create(cluster, sandbox("both", version="v1alpha1"), namespace)
     beta = call(cluster, "GET", kinds.SANDBOX.path(namespace, "both"))
     assert beta["apiVersion"] == "agents.x-k8s.io/v1beta1"
-    assert beta["spec"]["replicas"] == 1
+    assert beta["spec"]["shutdownPolicy"] == "Retain"
 
 
 # --------------------------------------------------------------------------- (b) examples
@@ -452,7 +463,30 @@ def pod_template(**container: Any) -> dict[str, Any]:
     return {"spec": {"containers": [{"name": "c", "image": "i", **container}]}}
 
 
+MODE_DISAGREES = (
+    "spec.operatingMode and spec.replicas disagree: Suspended means replicas 0 and Running "
+    "means replicas 1; change both together, or remove spec.replicas"
+)
+
 INVALID: list[tuple[str, dict[str, Any], int, list[str]]] = [
+    (
+        "sandbox-suspended-with-replicas-1",
+        sandbox("s", operatingMode="Suspended", replicas=1),
+        422,
+        [MODE_DISAGREES],
+    ),
+    (
+        "sandbox-running-with-replicas-0",
+        sandbox("s", operatingMode="Running", replicas=0),
+        422,
+        [MODE_DISAGREES],
+    ),
+    (
+        "sandbox-unknown-operating-mode",
+        sandbox("s", operatingMode="Paused"),
+        422,
+        ['spec.operatingMode: Unsupported value: "Paused"', '"Running", "Suspended"'],
+    ),
     (
         "pool-replicas-negative",
         ext("SandboxWarmPool", "p", {"replicas": -1, "sandboxTemplateRef": {"name": "t"}}),
@@ -621,6 +655,10 @@ def test_invalid_object_is_rejected_with_a_clear_message(
 def test_boundary_values_are_accepted(cluster: DevCluster, namespace: str) -> None:
     create(cluster, sandbox("zero", replicas=0), namespace)
     create(cluster, sandbox("one", replicas=1), namespace)
+    create(cluster, sandbox("suspended", operatingMode="Suspended"), namespace)
+    create(cluster, sandbox("suspended-0", operatingMode="Suspended", replicas=0), namespace)
+    create(cluster, sandbox("running", operatingMode="Running"), namespace)
+    create(cluster, sandbox("running-1", operatingMode="Running", replicas=1), namespace)
     create(
         cluster,
         ext("SandboxWarmPool", "zero", {"replicas": 0, "sandboxTemplateRef": {"name": "t"}}),
@@ -649,6 +687,24 @@ def test_scale_subresource_respects_the_bounds(cluster: DevCluster, namespace: s
     out = cluster.kubectl("scale", "-n", namespace, "sandbox/scaled", "--replicas=2", check=False)
     assert out.returncode != 0
     assert "less than or equal to 1" in out.stderr
+
+    # /scale maps to .spec.replicas only, and the apiserver cannot *read* a scale without that
+    # field (no default any more, beside operatingMode): GET /scale is a 500 until replicas is
+    # set. `kubectl scale` (a patch) still works and sets it. Our controllers write replicas 1.
+    create(cluster, sandbox("unset"), namespace)
+    code, msg = rejection(
+        lambda: call(cluster, "GET", kinds.SANDBOX.path(namespace, "unset") + "/scale")
+    )
+    assert code == 500
+    assert msg.endswith('the spec replicas field ".spec.replicas" does not exist')
+    cluster.kubectl("scale", "-n", namespace, "sandbox/unset", "--replicas=1")
+    assert call(cluster, "GET", kinds.SANDBOX.path(namespace, "unset"))["spec"]["replicas"] == 1
+    # with operatingMode set, /scale may only agree with it (the CEL rule runs on /scale too)
+    create(cluster, sandbox("mode", operatingMode="Suspended"), namespace)
+    cluster.kubectl("scale", "-n", namespace, "sandbox/mode", "--replicas=0")
+    out = cluster.kubectl("scale", "-n", namespace, "sandbox/mode", "--replicas=1", check=False)
+    assert out.returncode != 0
+    assert MODE_DISAGREES in out.stderr
 
     pool = ext("SandboxWarmPool", "scaled", {"replicas": 1, "sandboxTemplateRef": {"name": "t"}})
     create(cluster, pool, namespace)

@@ -200,14 +200,21 @@ def test_sandbox_spec_fields() -> None:
     spec = _spec_schema("sandboxes.agents.x-k8s.io")
     props = spec["properties"]
     assert spec["required"] == ["podTemplate"]
+    # no default: `operatingMode: Suspended` alone must not become a contradiction
     assert props["replicas"] == {
-        "default": 1,
         "description": props["replicas"]["description"],
         "format": "int32",
         "maximum": 1,
         "minimum": 0,
         "type": "integer",
     }
+    assert props["operatingMode"] == {
+        "description": props["operatingMode"]["description"],
+        "enum": ["Running", "Suspended"],
+        "type": "string",
+    }
+    (mode_rule,) = spec["x-kubernetes-validations"]
+    assert mode_rule["message"].startswith("spec.operatingMode and spec.replicas disagree")
     assert props["shutdownPolicy"]["enum"] == ["Delete", "Retain"]
     assert props["shutdownPolicy"]["default"] == "Retain"
     assert props["shutdownTime"]["format"] == "date-time"
@@ -262,8 +269,16 @@ def test_validation_rules_have_messages() -> None:
                 assert r["rule"] and r["message"], (name, path)
 
 
+def test_warm_pool_replicas_is_optional_with_default_one() -> None:
+    spec = _spec_schema("sandboxwarmpools.extensions.agents.x-k8s.io")
+    assert spec["required"] == ["sandboxTemplateRef"]  # upstream #975
+    assert spec["properties"]["replicas"]["default"] == 1
+    assert spec["properties"]["replicas"]["minimum"] == 0
+
+
 def test_validation_rules_where_expected() -> None:
     assert set(_rules("sandboxes.agents.x-k8s.io")) == {
+        ".spec",
         ".spec.podTemplate",
         ".spec.volumeClaimTemplates[]",
     }

@@ -37,6 +37,7 @@ from agentsandbox.controllers.sandbox_plan import (
     finish,
     plan,
     ready_condition,
+    replicas_of,
     status_patch,
 )
 from agentsandbox.kube.controller import Request
@@ -740,6 +741,51 @@ def test_resume_creates_the_pod_again_and_the_suspended_condition_lingers() -> N
     assert event_reasons(p) == [EVENT_POD_CREATED]
     assert cond(p, "Suspended") == suspended
     assert ready(p) == ("False", "DependenciesNotReady", "Pod exists with phase: ")
+
+
+# ------------------------------------------------------- operatingMode (upstream HEAD #801)
+def with_mode(sb: dict[str, Any], mode: str) -> dict[str, Any]:
+    sb["spec"]["operatingMode"] = mode
+    return sb
+
+
+def test_operating_mode_suspended_without_replicas_deletes_the_pod_like_replicas_zero() -> None:
+    sb = with_mode(
+        sandbox(sandbox_annotations={keys.ANNOTATION_POD_NAME: "my-sandbox"}), "Suspended"
+    )
+    assert replicas_of(sb) == 0
+    p = plan(snap(sb, running_pod()))
+    assert p.pod is not None
+    assert p.pod.step.action is Action.DELETE and p.pod.annotation is None
+    assert event_reasons(p) == [EVENT_POD_DELETED]
+    assert ready(p) == ("False", "SandboxSuspended", "Sandbox is suspended")
+    assert p.status is not None and "replicas" not in p.status
+
+
+def test_operating_mode_suspended_creates_no_pod() -> None:
+    p = plan(snap(with_mode(sandbox(), "Suspended")))
+    assert p.pod is not None and p.pod.step.action is Action.NONE
+    assert ready(p) == ("False", "SandboxSuspended", "Sandbox is suspended")
+
+
+def test_operating_mode_running_creates_the_pod() -> None:
+    for sb in (with_mode(sandbox(), "Running"), with_mode(sandbox(replicas=1), "Running")):
+        assert replicas_of(sb) == 1
+        p = plan(snap(sb))
+        assert p.pod is not None and p.pod.step.action is Action.CREATE
+
+
+def test_operating_mode_unset_leaves_it_to_replicas_and_unset_both_run() -> None:
+    assert replicas_of(sandbox()) == 1
+    assert replicas_of(sandbox(replicas=1)) == 1
+    assert replicas_of(sandbox(replicas=0)) == 0
+
+
+def test_operating_mode_wins_over_a_contradicting_replicas() -> None:
+    # the CRD rejects these; an object stored before the rule existed may still say both
+    assert replicas_of(with_mode(sandbox(replicas=1), "Suspended")) == 0
+    assert replicas_of(with_mode(sandbox(replicas=0), "Running")) == 1
+    assert replicas_of(with_mode(sandbox(replicas=0), "Suspended")) == 0
 
 
 def test_suspended_false_pod_not_terminated_when_a_pod_is_passed() -> None:

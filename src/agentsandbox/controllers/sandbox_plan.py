@@ -290,9 +290,26 @@ def _status(obj: Obj) -> Mapping[str, Any]:
     return status
 
 
+OPERATING_MODE_RUNNING: Final = "Running"
+OPERATING_MODE_SUSPENDED: Final = "Suspended"
+
+
 def replicas_of(sandbox: Obj) -> int:
-    """``spec.replicas``; unset means 1 (§2.3 step 5)."""
-    value = _spec(sandbox).get("replicas")
+    """The desired pod count, 0 or 1.
+
+    ``spec.operatingMode`` (upstream HEAD, #801) decides when set: ``Suspended`` is 0, ``Running``
+    is 1 (a CEL rule keeps ``spec.replicas`` from saying otherwise; if an older object does, the
+    mode wins). Unset, ``spec.replicas`` decides, and unset too means 1 (§2.3 step 5). So a
+    sandbox suspended by upstream HEAD (``operatingMode: Suspended``, no replicas) stays
+    suspended here.
+    """
+    spec = _spec(sandbox)
+    mode = spec.get("operatingMode")
+    if mode == OPERATING_MODE_SUSPENDED:
+        return 0
+    if mode == OPERATING_MODE_RUNNING:
+        return 1
+    value = spec.get("replicas")
     return 1 if value is None else int(value)
 
 
