@@ -230,6 +230,13 @@ def test_reconcile_pool_converges_to_spec_replicas(existing: int) -> None:
     assert last.status["selector"] == f"agents.x-k8s.io/warm-pool-sandbox={name_hash('test-pool')}"
 
 
+def test_reconcile_pool_without_replicas_keeps_one_as_the_crd_default() -> None:
+    t, p = template(), pool(3)
+    del p["spec"]["replicas"]  # optional, default 1 (upstream #975)
+    sbs, last = converge(p, [], t)
+    assert len(sbs) == 1 and last.status["replicas"] == 1
+
+
 def test_reconcile_pool_over_provisioned_deletes_one() -> None:
     t, p = template(), pool(3)
     sbs = [sandbox(p, t, owned=True) for _ in range(4)]

@@ -286,6 +286,13 @@ def blocked_reason(sb: Obj, pod: Obj | None) -> str | None:
     return None
 
 
+def pool_replicas(pool: Obj) -> int:
+    """``spec.replicas``; optional with default 1 (upstream #975). The CRD defaults it; an
+    object that never went through that default (an older CRD, a test) means 1 too."""
+    value = (pool.get("spec") or {}).get("replicas")
+    return 1 if value is None else int(value)
+
+
 def build_blueprint(
     pool: Obj, template: Obj, pod_hash: str, blueprint_hash: str | None = None
 ) -> dict[str, Any]:
@@ -468,7 +475,7 @@ def plan(snap: Snapshot) -> Plan:
     # adopt only what this pass keeps (never an orphan it is about to delete)
     out.adopt = [sb for sb in active if _uid(sb) in orphans]
 
-    desired = int(pool.get("spec", {}).get("replicas", 0) or 0)
+    desired = pool_replicas(pool)
     current = len(active)
     ready = sum(1 for sb in active if is_sandbox_ready(sb))
     out.active, out.ready = current, ready
