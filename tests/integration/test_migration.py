@@ -1,0 +1,212 @@
+"""Taking over from upstream's controller (docs/migrating.md) against the real control plane.
+
+The objects upstream's controller left behind are literal YAML in ``tests/testdata/upstream/``,
+label values included (written as data, never computed here): a template, a pool of 20 (10
+sandboxes as the seed wrote them, 10 as today's upstream writes them), and a claim made by a 0.4.x
+client, stored by upstream's conversion webhook (``shadow-pool-<template>`` + the v1alpha1 state
+annotation) and bound to a sandbox upstream adopted for it. Only UIDs (which cannot be literal) and
+the namespace are filled in. Then our controllers start, and must take all of it over with no
+churn: the pool Ready at 20 with **no write to any sandbox beyond its status** (no create, no
+delete, no update or patch of the object itself), the claim still bound to its sandbox, Ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentsandbox.api import keys
+from agentsandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
+from agentsandbox.kube.client import Client
+from agentsandbox.kube.resources import Resource
+
+from .test_claims import controllers
+from .test_warmpool import client  # noqa: F401  (fixture)
+
+TESTDATA = Path(__file__).resolve().parents[1] / "testdata" / "upstream"
+PLACEHOLDER = "FILLED-BY-TEST"
+WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION")
+
+
+def load(name: str) -> list[dict[str, Any]]:
+    with open(TESTDATA / name) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def fill(obj: Any, value: str) -> Any:
+    """``obj`` with every ``FILLED-BY-TEST`` string replaced by ``value``."""
+    if isinstance(obj, dict):
+        return {k: fill(v, value) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [fill(v, value) for v in obj]
+    return value if obj == PLACEHOLDER else obj
+
+
+class WriteCounter:
+    """Counts the client's writes by (verb, plural, subresource) while installed."""
+
+    def __init__(self, client: Client) -> None:  # noqa: F811
+        self.counts: Counter[tuple[str, str, str]] = Counter()
+        for verb in ("create", "update", "patch", "apply", "delete", "delete_collection"):
+            setattr(client, verb, self._wrap(verb, getattr(client, verb)))
+
+    def _wrap(self, verb: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def call(resource: Resource, *args: Any, **kwargs: Any) -> Any:
+            self.counts[(verb, resource.plural, kwargs.get("subresource") or "")] += 1
+            return await fn(resource, *args, **kwargs)
+
+        return call
+
+    def of(self, plural: str) -> dict[tuple[str, str], int]:
+        return {(v, sub): n for (v, p, sub), n in self.counts.items() if p == plural}
+
+
+async def apiserver_writes(client: Client, resource: str) -> Counter[tuple[str, str]]:  # noqa: F811
+    """The apiserver's own ``apiserver_request_total`` of writes to ``resource``, by (verb,
+    subresource): every writer counted, not only our client."""
+    text = await client.raw("GET", "/metrics", decode=False)
+    body = text.decode() if isinstance(text, bytes) else str(text)
+    out: Counter[tuple[str, str]] = Counter()
+    for line in body.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(
+            part.split("=", 1) for part in line[line.index("{") + 1 : line.rindex("}")].split(",")
+        )
+        labels = {k: v.strip('"') for k, v in labels.items()}
+        if labels.get("resource") == resource and labels.get("verb") in WRITE_VERBS:
+            out[(labels["verb"], labels.get("subresource", ""))] += int(
+                float(line.rsplit(" ", 1)[1])
+            )
+    return out
+
+
+def identity(sb: dict[str, Any]) -> dict[str, Any]:
+    """What a takeover must leave alone: the object itself (not its status)."""
+    meta = sb["metadata"]
+    return {
+        "uid": meta["uid"],
+        "generation": meta.get("generation"),
+        "labels": meta.get("labels"),
+        "annotations": meta.get("annotations"),
+        "ownerReferences": meta.get("ownerReferences"),
+        "finalizers": meta.get("finalizers"),
+        "spec": sb.get("spec"),
+    }
+
+
+def ready_condition(obj: dict[str, Any]) -> dict[str, Any]:
+    conds = (obj.get("status") or {}).get("conditions") or []
+    return next((c for c in conds if c.get("type") == "Ready"), {})
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], what: str, within: float) -> Any:
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"timed out after {within}s waiting for {what}; last: {last!r}")
+
+
+async def test_takeover_of_an_upstream_pool_of_20_and_a_migrated_claim_with_no_churn(
+    client: Client,  # noqa: F811
+    namespace: str,
+) -> None:
+    (template,) = load("template.yaml")
+    (pool,) = load("warmpool.yaml")
+    pool_sandboxes = load("sandboxes.yaml")
+    claim, claimed = load("claimed.yaml")
+    assert len(pool_sandboxes) == 20
+
+    # --- what upstream's controller left (its Deployment scaled to 0 already)
+    await client.create(SANDBOX_TEMPLATES, template, namespace)
+    created_pool = await client.create(SANDBOX_WARM_POOLS, pool, namespace)
+    assert not created_pool.get("status")
+    pool_uid = created_pool["metadata"]["uid"]
+    await asyncio.gather(
+        *(client.create(SANDBOXES, fill(sb, pool_uid), namespace) for sb in pool_sandboxes)
+    )
+    claim_status = claim.pop("status")
+    created_claim = await client.create(SANDBOX_CLAIMS, claim, namespace)
+    claim_name, claim_uid = created_claim["metadata"]["name"], created_claim["metadata"]["uid"]
+    await client.patch(
+        SANDBOX_CLAIMS, claim_name, {"status": claim_status}, namespace, subresource="status"
+    )
+    await client.create(SANDBOXES, fill(claimed, claim_uid), namespace)
+    claimed_name = claimed["metadata"]["name"]
+    assert claim_status["sandbox"]["name"] == claimed_name
+
+    before = {
+        sb["metadata"]["name"]: identity(sb)
+        for sb in (await client.list(SANDBOXES, namespace)).items
+    }
+    assert len(before) == 21
+    server_before = await apiserver_writes(client, "sandboxes")
+
+    # --- our controllers take over
+    writes = WriteCounter(client)
+    async with controllers(client):
+
+        async def pool_ready() -> Any:
+            p = await client.get(SANDBOX_WARM_POOLS, pool["metadata"]["name"], namespace)
+            status = p.get("status") or {}
+            return status.get("replicas") == 20 and status.get("readyReplicas") == 20 and status
+
+        await eventually(pool_ready, "the taken-over pool at 20 Ready", within=90)
+
+        async def claim_ready() -> Any:
+            c = await client.get(SANDBOX_CLAIMS, claim_name, namespace)
+            bound = (c.get("status") or {}).get("sandbox", {}).get("name")
+            return bound == claimed_name and ready_condition(c).get("status") == "True" and c
+
+        migrated = await eventually(claim_ready, "the migrated claim bound and Ready", within=60)
+        # a quiet while: nothing more is done to the sandboxes once everything is Ready
+        await asyncio.sleep(3)
+        await eventually(pool_ready, "the pool still at 20 Ready", within=10)
+
+    # the claim kept its stored form: our conversion is None, nothing rewrote it
+    assert migrated["spec"]["warmPoolRef"] == {"name": "shadow-pool-python-runtime"}
+    assert keys.ANNOTATION_V1ALPHA1_SANDBOXCLAIM_STATE in migrated["metadata"]["annotations"]
+    assert ready_condition(migrated)["reason"] != "WarmPoolNotFound"
+
+    after_list = (await client.list(SANDBOXES, namespace)).items
+    after = {sb["metadata"]["name"]: identity(sb) for sb in after_list}
+    assert after == before, "a sandbox was created, deleted or rewritten"
+    for sb in after_list:
+        assert ready_condition(sb).get("status") == "True", sb["metadata"]["name"]
+
+    # our client: status writes only
+    mine = writes.of(SANDBOXES.plural)
+    assert {k: n for k, n in mine.items() if k[1] != "status"} == {}, mine
+    assert set(mine) <= {("patch", "status"), ("update", "status"), ("apply", "status")}, mine
+    # the apiserver's own count (every writer): no write to a sandbox beyond /status
+    server = await apiserver_writes(client, "sandboxes")
+    server.subtract(server_before)
+    churn = {k: n for k, n in server.items() if n and k[1] != "status"}
+    assert churn == {}, churn
+    status_writes = sum(n for k, n in server.items() if k[1] == "status")
+    print(f"\ntakeover: sandbox writes by our client {dict(mine)}; apiserver {dict(+server)}")
+    assert status_writes >= 20  # each pool sandbox got our Ready status
+    # the claim never got another sandbox, nor a cold one
+    owners = Counter(
+        ref.get("uid")
+        for sb in after_list
+        for ref in sb["metadata"].get("ownerReferences") or []
+        if ref.get("controller")
+    )
+    assert owners == Counter({pool_uid: 20, claim_uid: 1})
+    assert after[claimed_name]["ownerReferences"][0]["uid"] == claim_uid
