@@ -53,9 +53,10 @@ from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import NETWORKPOLICIES, Resource
-from agentsandbox.kube.store import KubeObject, index_by_controller_uid
+from agentsandbox.kube.store import KubeObject
 
 from . import claim_metrics
+from .claim_handler import OWNER_INDEX, ClaimWatches
 from .claim_plan import (
     EVENT_ADOPTED,
     EVENT_CLAIM_EXPIRED,
@@ -91,15 +92,10 @@ from .claim_plan import (
     with_ready,
     with_status,
 )
-from .warmqueue import WarmQueue
 
 log = logging.getLogger("agentsandbox.claim")
 
 CONTROLLER_NAME = "sandboxclaim"
-OWNER_INDEX = "claim-controller-uid"  # sandboxes by the UID of their controller
-CLAIM_TEMPLATE_INDEX = "claim-template"  # claims by "<ns>/<template>"
-CLAIM_POOL_INDEX = "claim-pool"  # claims by "<ns>/<pool>" (warmPoolRef or a pool policy)
-POOL_TEMPLATE_INDEX = "claim-pool-template"  # pools by "<ns>/<template>"
 
 MISSING_RECHECK = 60.0  # a missing template or pool: look again (its creation re-queues too)
 CREATE_PENDING_RECHECK = 0.2
@@ -115,32 +111,9 @@ class RetryLater(KubeError):
     backoff (one log line, like an API error)."""
 
 
-def _ns_key(obj: KubeObject, value: str | None) -> list[str]:
-    return [f"{obj['metadata'].get('namespace', '')}/{value}"] if value else []
-
-
-def claim_template_index(claim: KubeObject) -> list[str]:
-    return _ns_key(claim, claim_source(claim).template)
-
-
-def claim_pool_index(claim: KubeObject) -> list[str]:
-    return _ns_key(claim, claim_source(claim).pool)
-
-
-def pool_template_index(pool: KubeObject) -> list[str]:
-    return _ns_key(pool, ((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name"))
-
-
 def _controlled_by(sb: KubeObject, uid: str) -> bool:
     ref = controller_of(sb)
     return ref is not None and ref.get("uid") == uid
-
-
-def _unbound(claim: KubeObject) -> bool:
-    meta = claim["metadata"]
-    return not meta.get("deletionTimestamp") and not (
-        ((claim.get("status") or {}).get("sandbox") or {}).get("name")
-    )
 
 
 class ClaimReconciler:
@@ -173,76 +146,14 @@ class ClaimReconciler:
         self.templates = templates
         self.recorder = recorder
         self.clock = clock
-        self.queue = WarmQueue()
         # "<ns>/<claim>" -> (claim UID, sandbox name) this process adopted or created for it,
         # until the cache shows it: a pass that follows our own write must not miss it
         self._bound: dict[str, tuple[str, str]] = {}
-        sandboxes.add_index(OWNER_INDEX, index_by_controller_uid)
-        claims.add_index(CLAIM_TEMPLATE_INDEX, claim_template_index)
-        claims.add_index(CLAIM_POOL_INDEX, claim_pool_index)
-        pools.add_index(POOL_TEMPLATE_INDEX, pool_template_index)
-        sandboxes.add_handler(self._track, lambda _, new: self._track(new), self._untrack)
-        pools.add_handler(None, None, self._pool_deleted)
-        templates.add_handler(self._template_added, None, self._template_deleted)
-
-    # ---------------------------------------------------------------- the warm queue
-    def _track(self, sb: KubeObject) -> None:
-        meta = sb["metadata"]
-        pool = pool_owner(sb)
-        if pool is not None and adoptable(sb):
-            self.queue.add((meta.get("namespace", ""), pool), meta["name"])
-        else:
-            self.queue.remove(meta.get("namespace", ""), meta["name"])
-
-    def _untrack(self, sb: KubeObject) -> None:
-        meta = sb["metadata"]
-        self.queue.remove(meta.get("namespace", ""), meta["name"])
-
-    def _pool_deleted(self, pool: KubeObject) -> None:
-        meta = pool["metadata"]
-        self.queue.drop_queue((meta.get("namespace", ""), meta["name"]))
-
-    def _pools_of_template(self, template: KubeObject) -> list[KubeObject]:
-        meta = template["metadata"]
-        return self.pools.by_index(
-            POOL_TEMPLATE_INDEX, f"{meta.get('namespace', '')}/{meta['name']}"
-        )
-
-    def _template_deleted(self, template: KubeObject) -> None:
-        for pool in self._pools_of_template(template):
-            self._pool_deleted(pool)
-
-    def _template_added(self, template: KubeObject) -> None:
-        """A template (re)appeared: queue its pools' adoptable sandboxes again."""
-        names = {p["metadata"]["name"] for p in self._pools_of_template(template)}
-        ns = template["metadata"].get("namespace", "")
-        if not names:
-            return
-        for sb in self.sandboxes.list():
-            if sb["metadata"].get("namespace") == ns and pool_owner(sb) in names:
-                self._track(sb)
-
-    # ---------------------------------------------------------------- mapping
-    def claims_for_pool(self, pool: KubeObject) -> list[Request]:
-        meta = pool["metadata"]
-        key = f"{meta.get('namespace', '')}/{meta['name']}"
-        return [
-            Request.from_object(c)
-            for c in self.claims.by_index(CLAIM_POOL_INDEX, key)
-            if _unbound(c)
-        ]
-
-    def claims_for_template(self, template: KubeObject) -> list[Request]:
-        meta = template["metadata"]
-        ns = meta.get("namespace", "")
-        found = {
-            str(Request.from_object(c)): c
-            for c in self.claims.by_index(CLAIM_TEMPLATE_INDEX, f"{ns}/{meta['name']}")
-        }
-        for pool in self._pools_of_template(template):
-            for c in self.claims.by_index(CLAIM_POOL_INDEX, f"{ns}/{pool['metadata']['name']}"):
-                found[str(Request.from_object(c))] = c
-        return [Request.from_object(c) for c in found.values() if _unbound(c)]
+        # the warm queue, the indexes and the template/pool -> claims mappings
+        self.watches = ClaimWatches(claims, sandboxes, pools, templates)
+        self.queue = self.watches.queue
+        self.claims_for_pool = self.watches.claims_for_pool
+        self.claims_for_template = self.watches.claims_for_template
 
     # ---------------------------------------------------------------- reconcile
     async def reconcile(self, req: Request) -> Result | None:
@@ -593,7 +504,7 @@ class ClaimReconciler:
             return template, []
         if source.pool is not None:
             return template, [pool] if pool is not None else []
-        return template, self._pools_of_template(template)
+        return template, self.watches.pools_of_template(template)
 
     def _pick(
         self,
