@@ -685,6 +685,81 @@ def test_claim_adoption_keeps_the_existing_pod_and_moves_its_labels() -> None:
     assert ready(p) == ("True", "DependenciesReady", "Pod is Ready")
 
 
+# --- upstream HEAD (#927, #1067, #1139): warm-pool and ref-hash labels of extension-owned Sandboxes
+def owned_by(sb: dict[str, Any], api_version: str, kind: str, labels: dict[str, str]) -> Any:
+    sb["metadata"]["labels"] = labels
+    sb["metadata"]["ownerReferences"] = [
+        {"apiVersion": api_version, "kind": kind, "name": "o", "uid": "o-uid", "controller": True}
+    ]
+    return sb
+
+
+EXT_LABELS = {
+    keys.LABEL_WARM_POOL_SANDBOX: name_hash("pool"),
+    keys.LABEL_SANDBOX_TEMPLATE_REF_HASH: name_hash("tpl"),
+}
+
+
+def test_extension_owned_sandbox_labels_reach_the_pod_and_are_listed_as_propagated() -> None:
+    for kind in ("SandboxWarmPool", "SandboxClaim"):
+        sb = owned_by(
+            sandbox(), "extensions.agents.x-k8s.io/v1beta1", kind, {**EXT_LABELS, "other": "x"}
+        )
+        p = plan(snap(sb))
+        assert p.pod is not None and p.pod.step.body is not None
+        meta = p.pod.step.body["metadata"]
+        assert meta["labels"] == {**EXT_LABELS, keys.LABEL_SANDBOX_NAME_HASH: HASH}  # not other
+        assert meta["annotations"][keys.ANNOTATION_PROPAGATED_LABELS] == ",".join(
+            sorted(EXT_LABELS)
+        )
+
+
+def test_extension_labels_are_not_propagated_for_other_controllers() -> None:
+    for api_version in ("apps/v1", "agents.x-k8s.io/v1beta1", "example.com/v1"):
+        sb = owned_by(sandbox(), api_version, "Thing", dict(EXT_LABELS))
+        p = plan(snap(sb))
+        assert p.pod is not None and p.pod.step.body is not None
+        assert p.pod.step.body["metadata"]["labels"] == {keys.LABEL_SANDBOX_NAME_HASH: HASH}
+    sb = sandbox()
+    sb["metadata"]["labels"] = dict(EXT_LABELS)  # no controller at all
+    p = plan(snap(sb))
+    assert p.pod is not None and p.pod.step.body is not None
+    assert p.pod.step.body["metadata"]["labels"] == {keys.LABEL_SANDBOX_NAME_HASH: HASH}
+
+
+def test_the_pod_template_wins_over_an_extension_label() -> None:
+    sb = owned_by(
+        sandbox(labels={keys.LABEL_SANDBOX_TEMPLATE_REF_HASH: "from-template"}),
+        "extensions.agents.x-k8s.io/v1beta1",
+        "SandboxClaim",
+        dict(EXT_LABELS),
+    )
+    p = plan(snap(sb))
+    assert p.pod is not None and p.pod.step.body is not None
+    labels = p.pod.step.body["metadata"]["labels"]
+    assert labels[keys.LABEL_SANDBOX_TEMPLATE_REF_HASH] == "from-template"
+    assert labels[keys.LABEL_WARM_POOL_SANDBOX] == name_hash("pool")
+
+
+def test_an_extension_label_that_leaves_the_sandbox_leaves_the_pod() -> None:
+    live = running_pod(
+        labels={**EXT_LABELS, keys.LABEL_SANDBOX_NAME_HASH: HASH},
+        annotations={keys.ANNOTATION_PROPAGATED_LABELS: ",".join(sorted(EXT_LABELS))},
+    )
+    live["metadata"]["ownerReferences"] = [owner_ref()]
+    ref_only = {keys.LABEL_SANDBOX_TEMPLATE_REF_HASH: name_hash("tpl")}  # adopted: pool label gone
+    sb = owned_by(
+        sandbox(sandbox_annotations={keys.ANNOTATION_POD_NAME: "my-sandbox"}),
+        "extensions.agents.x-k8s.io/v1beta1",
+        "SandboxClaim",
+        ref_only,
+    )
+    p = plan(snap(sb, live))
+    assert p.pod is not None and p.pod.step.action is Action.PATCH
+    assert p.pod.step.body is not None
+    assert p.pod.step.body["metadata"]["labels"] == {keys.LABEL_WARM_POOL_SANDBOX: None}
+
+
 # ---------------------------------------------------------------------------------- §2.7 replicas
 def test_replicas_zero_deletes_the_owned_pod_and_removes_the_annotation() -> None:
     sb = sandbox(replicas=0, sandbox_annotations={keys.ANNOTATION_POD_NAME: "my-sandbox"})

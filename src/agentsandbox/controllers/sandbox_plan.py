@@ -66,7 +66,7 @@ from agentsandbox.api.conditions import (
 )
 from agentsandbox.api.equality import semantic_equal
 from agentsandbox.api.hashing import name_hash, sandbox_selector
-from agentsandbox.api.kinds import SANDBOX
+from agentsandbox.api.kinds import EXTENSIONS_GROUP, SANDBOX
 from agentsandbox.api.owners import (
     Ownership,
     controller_of,
@@ -154,6 +154,9 @@ WRAP_SERVICE_DELETE: Final = "failed to delete service: "
 WRAP_SERVICE_PATCH: Final = "failed to patch owned service: "
 WRAP_SERVICE_ADOPT: Final = "failed to update service with owner reference: "
 WRAP_PVC_ADOPT: Final = "failed to update PVC with owner reference: "
+
+#: Sandbox labels carried to the pod when an extensions-group object controls the Sandbox.
+EXTENSION_POD_LABELS: Final = (keys.LABEL_WARM_POOL_SANDBOX, keys.LABEL_SANDBOX_TEMPLATE_REF_HASH)
 
 #: Keys the controller owns on a pod; a pod template can neither set nor propagate them.
 RESERVED_POD_LABELS: Final = frozenset({keys.LABEL_SANDBOX_NAME_HASH})
@@ -357,11 +360,29 @@ def _split_keys(value: str | None) -> list[str]:
     return [k for k in (value or "").split(",") if k]
 
 
+def _extension_labels(sandbox: Obj) -> dict[str, str]:
+    """The warm-pool and template-ref-hash labels of a Sandbox controlled by an extensions-group
+    object (a pool or a claim), which upstream HEAD's core controller carries to the pod
+    (#927, #1067, #1139). Our own pool and claims also put them in the pod template, where
+    they win; this covers Sandboxes made by other extension controllers."""
+    ref = controller_of(sandbox)
+    group = str((ref or {}).get("apiVersion") or "").partition("/")[0]
+    if group != EXTENSIONS_GROUP:
+        return {}
+    labels = _meta(sandbox).get("labels") or {}
+    return {k: str(labels[k]) for k in EXTENSION_POD_LABELS if labels.get(k)}
+
+
 def _template_meta(sandbox: Obj) -> tuple[dict[str, str], dict[str, str] | None]:
     """Template labels and annotations without the reserved keys (annotations None when the
-    template has no annotations map at all)."""
+    template has no annotations map at all), plus :func:`_extension_labels` the template does
+    not set (propagated, so listed and removed like template labels)."""
     meta = (_spec(sandbox).get("podTemplate") or {}).get("metadata") or {}
-    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in RESERVED_POD_LABELS}
+    labels = {
+        k: v
+        for k, v in {**_extension_labels(sandbox), **(meta.get("labels") or {})}.items()
+        if k not in RESERVED_POD_LABELS
+    }
     raw = meta.get("annotations")
     annotations = (
         None if raw is None else {k: v for k, v in raw.items() if k not in RESERVED_POD_ANNOTATIONS}
