@@ -18,7 +18,7 @@ from agentsandbox.api import keys
 from agentsandbox.api.defaults import apply_sandbox_secure_defaults
 from agentsandbox.api.hashing import name_hash, pod_template_hash, sandbox_blueprint_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_WARM_POOL
-from agentsandbox.controllers.claim_plan import adoption_patch
+from agentsandbox.controllers.claim_plan import adoption_patch, cold_sandbox
 from agentsandbox.controllers.warmpool_plan import (
     EVENT_NOT_PROGRESSING,
     EVENT_PROGRESSING,
@@ -834,6 +834,12 @@ def test_ready_replicas_by_condition_status(states: list[str], ready: int) -> No
     assert plan(snap(p, sbs, t)).status["readyReplicas"] == ready
 
 
+def test_blueprint_sandbox_is_labelled_created_by_controller_not_its_pod() -> None:
+    bp = build_blueprint(pool(1), template(), "h")  # upstream #1039
+    assert bp["metadata"]["labels"][keys.LABEL_CREATED_BY] == "controller"
+    assert keys.LABEL_CREATED_BY not in bp["spec"]["podTemplate"]["metadata"]["labels"]
+
+
 def test_blueprint_fields_and_deep_copies() -> None:
     t = template(
         service=True,  # a *bool in the Sandbox API
@@ -995,6 +1001,25 @@ def test_adoption_removes_the_pools_eviction_annotation(with_template: bool) -> 
     patch = adoption_patch(sb, claim, t if with_template else None)
     pod_patch = patch["spec"]["podTemplate"]["metadata"]
     assert pod_patch["annotations"] == {keys.ANNOTATION_SAFE_TO_EVICT: None}
+
+
+def test_created_by_the_pool_until_a_labelled_claim_adopts_it() -> None:
+    t = template()
+    sb, claim = claimed_sandbox(t)
+    assert sb["metadata"]["labels"][keys.LABEL_CREATED_BY] == "controller"
+    assert keys.LABEL_CREATED_BY not in adoption_patch(sb, claim, t)["metadata"]["labels"]
+    claim["metadata"]["labels"] = {keys.LABEL_CREATED_BY: "python-client"}  # upstream #1039
+    labels = adoption_patch(sb, claim, t)["metadata"]["labels"]
+    assert labels[keys.LABEL_CREATED_BY] == "python-client"
+
+
+def test_a_cold_sandbox_gets_the_claims_created_by_label() -> None:
+    t = template()
+    _, claim = claimed_sandbox(t)
+    assert keys.LABEL_CREATED_BY not in cold_sandbox(claim, t)["metadata"]["labels"]
+    claim["metadata"]["labels"] = {keys.LABEL_CREATED_BY: "python-client"}
+    labels = cold_sandbox(claim, t)["metadata"]["labels"]
+    assert labels[keys.LABEL_CREATED_BY] == "python-client"
 
 
 def test_adoption_keeps_an_eviction_annotation_the_template_sets() -> None:

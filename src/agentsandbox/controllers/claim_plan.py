@@ -385,6 +385,7 @@ def adoption_patch(sb: Obj, claim: Obj, template: Obj | None) -> dict[str, Any]:
     new_labels = {k: v for k, v in labels.items() if k not in POOL_LABELS}
     new_labels[keys.LABEL_CLAIM_UID] = claim["metadata"]["uid"]
     new_labels[keys.LABEL_LAUNCH_TYPE] = keys.LAUNCH_TYPE_WARM
+    new_labels.update(created_by_label(claim))  # replaces the pool's "controller", if set
     annotations: dict[str, Any] = {}
     current_annotations = meta.get("annotations") or {}
     if current_annotations.get(keys.ANNOTATION_POD_NAME) != meta["name"]:
@@ -504,6 +505,13 @@ def merge_volume_claim_templates(
     return out
 
 
+def created_by_label(claim: Obj) -> dict[str, str]:
+    """The claim's ``agents.x-k8s.io/created-by`` label (e.g. ``python-client``), for the
+    Sandbox it gets (upstream #1039); empty when the claim has none."""
+    value = ((claim.get("metadata") or {}).get("labels") or {}).get(keys.LABEL_CREATED_BY)
+    return {keys.LABEL_CREATED_BY: str(value)} if value else {}
+
+
 def cold_sandbox(claim: Obj, template: Obj) -> dict[str, Any]:
     """The Sandbox a claim creates when no pool sandbox serves it (spec §5.11)."""
     meta = claim["metadata"]
@@ -538,6 +546,7 @@ def cold_sandbox(claim: Obj, template: Obj) -> dict[str, Any]:
             "labels": {
                 keys.LABEL_CLAIM_UID: meta["uid"],
                 keys.LABEL_LAUNCH_TYPE: keys.LAUNCH_TYPE_COLD,
+                **created_by_label(claim),
             },
             "annotations": annotations,
             "ownerReferences": [controller_reference(claim, SANDBOX_CLAIM)],

@@ -337,7 +337,7 @@ def build_blueprint(
         "metadata": {
             "generateName": f"{meta['name']}-",
             "namespace": meta["namespace"],
-            "labels": dict(pool_labels),
+            "labels": {**pool_labels, keys.LABEL_CREATED_BY: "controller"},  # upstream #1039
             "annotations": {keys.ANNOTATION_SANDBOX_TEMPLATE_REF: ref_name},
             "ownerReferences": [controller_reference(pool, SANDBOX_WARM_POOL)],
         },
