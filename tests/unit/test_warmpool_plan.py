@@ -1192,3 +1192,12 @@ def test_unhashable_blueprint_is_a_template_error_and_never_deletes() -> None:
     # and an empty blueprint hash (hashing failed) never marks an owned sandbox stale
     pod_hash = pod_template_hash(good["spec"]["podTemplate"])
     assert not is_sandbox_stale(sb, good, pod_hash, {}, orphan=False, blueprint_hash="")
+
+
+def test_blueprint_fields_are_all_compared() -> None:
+    """Upstream's TestSandboxBlueprintFieldsAreCompared: a SandboxBlueprint field missing from
+    the comparison would never be detected as drift. If this fails, extend blueprints_match."""
+    from agentsandbox.api.gojson import go_types
+
+    layout = go_types().structs["agentsandbox.SandboxBlueprint"]
+    assert [f.name for f in layout] == ["podTemplate", "volumeClaimTemplates", "service"]
