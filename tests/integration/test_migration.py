@@ -122,17 +122,14 @@ async def eventually(check: Callable[[], Awaitable[Any]], what: str, within: flo
     raise AssertionError(f"timed out after {within}s waiting for {what}; last: {last!r}")
 
 
-async def test_takeover_of_an_upstream_pool_of_20_and_a_migrated_claim_with_no_churn(
-    client: Client,  # noqa: F811
-    namespace: str,
-) -> None:
+async def leave_upstream_objects(client: Client, namespace: str) -> dict[str, str]:  # noqa: F811
+    """Create what upstream's controller left (its Deployment scaled to 0 already): the template,
+    the pool (status empty), its 20 sandboxes, and the bound migrated claim with its sandbox."""
     (template,) = load("template.yaml")
     (pool,) = load("warmpool.yaml")
     pool_sandboxes = load("sandboxes.yaml")
     claim, claimed = load("claimed.yaml")
     assert len(pool_sandboxes) == 20
-
-    # --- what upstream's controller left (its Deployment scaled to 0 already)
     await client.create(SANDBOX_TEMPLATES, template, namespace)
     created_pool = await client.create(SANDBOX_WARM_POOLS, pool, namespace)
     assert not created_pool.get("status")
@@ -147,8 +144,29 @@ async def test_takeover_of_an_upstream_pool_of_20_and_a_migrated_claim_with_no_c
         SANDBOX_CLAIMS, claim_name, {"status": claim_status}, namespace, subresource="status"
     )
     await client.create(SANDBOXES, fill(claimed, claim_uid), namespace)
-    claimed_name = claimed["metadata"]["name"]
-    assert claim_status["sandbox"]["name"] == claimed_name
+    assert claim_status["sandbox"]["name"] == claimed["metadata"]["name"]
+    return {
+        "pool": pool["metadata"]["name"],
+        "pool_uid": pool_uid,
+        "claim": claim_name,
+        "claim_uid": claim_uid,
+        "claimed": claimed["metadata"]["name"],
+    }
+
+
+async def pool_ready(client: Client, namespace: str, name: str) -> Any:  # noqa: F811
+    p = await client.get(SANDBOX_WARM_POOLS, name, namespace)
+    status = p.get("status") or {}
+    return status.get("replicas") == 20 and status.get("readyReplicas") == 20 and status
+
+
+async def test_takeover_of_an_upstream_pool_of_20_and_a_migrated_claim_with_no_churn(
+    client: Client,  # noqa: F811
+    namespace: str,
+) -> None:
+    left = await leave_upstream_objects(client, namespace)
+    pool_uid, claim_name, claim_uid = left["pool_uid"], left["claim"], left["claim_uid"]
+    claimed_name = left["claimed"]
 
     before = {
         sb["metadata"]["name"]: identity(sb)
@@ -161,12 +179,10 @@ async def test_takeover_of_an_upstream_pool_of_20_and_a_migrated_claim_with_no_c
     writes = WriteCounter(client)
     async with controllers(client):
 
-        async def pool_ready() -> Any:
-            p = await client.get(SANDBOX_WARM_POOLS, pool["metadata"]["name"], namespace)
-            status = p.get("status") or {}
-            return status.get("replicas") == 20 and status.get("readyReplicas") == 20 and status
+        def pool_is_ready() -> Awaitable[Any]:
+            return pool_ready(client, namespace, left["pool"])
 
-        await eventually(pool_ready, "the taken-over pool at 20 Ready", within=90)
+        await eventually(pool_is_ready, "the taken-over pool at 20 Ready", within=90)
 
         async def claim_ready() -> Any:
             c = await client.get(SANDBOX_CLAIMS, claim_name, namespace)
@@ -176,7 +192,7 @@ async def test_takeover_of_an_upstream_pool_of_20_and_a_migrated_claim_with_no_c
         migrated = await eventually(claim_ready, "the migrated claim bound and Ready", within=60)
         # a quiet while: nothing more is done to the sandboxes once everything is Ready
         await asyncio.sleep(3)
-        await eventually(pool_ready, "the pool still at 20 Ready", within=10)
+        await eventually(pool_is_ready, "the pool still at 20 Ready", within=10)
 
     # the claim kept its stored form: our conversion is None, nothing rewrote it
     assert migrated["spec"]["warmPoolRef"] == {"name": "shadow-pool-python-runtime"}
@@ -210,3 +226,39 @@ async def test_takeover_of_an_upstream_pool_of_20_and_a_migrated_claim_with_no_c
     )
     assert owners == Counter({pool_uid: 20, claim_uid: 1})
     assert after[claimed_name]["ownerReferences"][0]["uid"] == claim_uid
+
+
+async def test_unbound_shadow_pool_claims_are_served_as_their_v1alpha1_form_after_takeover(
+    client: Client,  # noqa: F811
+    namespace: str,
+) -> None:
+    """Claims upstream's webhook stored but upstream's controller never served: ``default``
+    adopts a sandbox of a pool of its template, ``none`` starts cold; neither is ever reported
+    ``WarmPoolNotFound`` (there is no pool ``shadow-pool-python-runtime``)."""
+    left = await leave_upstream_objects(client, namespace)
+    pool_names = {sb["metadata"]["name"] for sb in load("sandboxes.yaml")}
+    async with controllers(client):
+        await eventually(
+            lambda: pool_ready(client, namespace, left["pool"]), "the pool at 20 Ready", within=90
+        )
+        reasons: dict[str, set[str]] = {}
+        for claim in load("unbound-claims.yaml"):
+            await client.create(SANDBOX_CLAIMS, claim, namespace)
+
+        async def both_ready() -> Any:
+            got = {}
+            for name in ("agent-session-2", "agent-session-3"):
+                c = await client.get(SANDBOX_CLAIMS, name, namespace)
+                cond = ready_condition(c)
+                reasons.setdefault(name, set()).add(str(cond.get("reason")))
+                if cond.get("status") != "True":
+                    return False
+                got[name] = c["status"]["sandbox"]["name"]
+            return got
+
+        bound = await eventually(both_ready, "both migrated claims Ready", within=60)
+    assert bound["agent-session-2"] in pool_names  # warm, from the taken-over pool
+    assert bound["agent-session-3"] == "agent-session-3"  # cold, named after the claim
+    assert not any("WarmPoolNotFound" in r for r in reasons.values()), reasons
+    sb = await client.get(SANDBOXES, bound["agent-session-2"], namespace)
+    assert sb["metadata"]["labels"][keys.LABEL_LAUNCH_TYPE] == keys.LAUNCH_TYPE_WARM
