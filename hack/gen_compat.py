@@ -260,6 +260,8 @@ METRIC_NOTES: dict[str, str] = {
     "process_*": "prometheus-client's process collector",
     "go_*": "python_* (prometheus-client's platform and GC collectors) instead",
     "agent_sandbox_client_claim_startup_latency_ms": "labels not in the spec",
+    "agent_sandbox_claim_creation_total": "seed labels plus HEAD's created_by (#1039)",
+    "agent_sandboxes": "seed labels plus HEAD's created_by (#1039)",
     **{
         f"workqueue_{n}": "also labelled by controller, as controller-runtime's workqueue metrics"
         for n in (

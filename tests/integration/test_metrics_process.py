@@ -57,6 +57,7 @@ UPSTREAM: dict[str, set[str]] = {
         "launch_type",
         "sandbox_template",
         "owned_by",
+        "created_by",  # upstream HEAD #1039
     },
     "agent_sandbox_build_info": {
         "git_version",
@@ -87,7 +88,14 @@ UPSTREAM_CLAIM: dict[str, tuple[str, set[str]]] = {
     ),
     "agent_sandbox_claim_creation_total": (
         "counter",
-        {"namespace", "sandbox_template", "launch_type", "warmpool_name", "pod_condition"},
+        {
+            "namespace",
+            "sandbox_template",
+            "launch_type",
+            "warmpool_name",
+            "pod_condition",
+            "created_by",  # upstream HEAD #1039
+        },
     ),
 }
 # Labels upstream has and we do not (family -> labels). controller-runtime's priority queue
@@ -226,4 +234,5 @@ def test_metric_families_are_upstreams_and_the_gaps_are_announced(
     ]
     assert len(ours) == 1 and ours[0].endswith(" 1.0"), ours
     assert 'owned_by="None"' in ours[0] and 'sandbox_template="unknown"' in ours[0], ours
+    assert 'created_by=""' in ours[0], ours  # the Sandbox has no agents.x-k8s.io/created-by
     assert found["process_resident_memory_bytes"][0] == "gauge"

@@ -1396,6 +1396,7 @@ async def test_first_ready_records_the_latency_once_and_writes_the_guard_annotat
         "launch_type": "warm",
         "warmpool_name": "pool",
         "pod_condition": "ready",
+        "created_by": "",  # the claim has no agents.x-k8s.io/created-by label
     }
     created_before = _sample("agent_sandbox_claim_creation_total", created)
     h.api.calls.clear()
@@ -1431,6 +1432,7 @@ async def test_cold_claim_counts_a_cold_creation() -> None:
         "launch_type": "cold",
         "warmpool_name": "none",
         "pod_condition": "not_ready",
+        "created_by": "",  # the claim has no agents.x-k8s.io/created-by label
     }
     before = _sample("agent_sandbox_claim_creation_total", labels)
     await h.reconcile()

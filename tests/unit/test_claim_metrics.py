@@ -17,6 +17,7 @@ import pytest
 from agentsandbox.api import keys
 from agentsandbox.api.timefmt import format_rfc3339_nano, parse_rfc3339
 from agentsandbox.controllers import claim_metrics as cm
+from agentsandbox.controllers.sandbox_metrics import created_by
 from agentsandbox.kube.metrics import REGISTRY
 
 NOW = datetime(2026, 5, 21, 10, 0, 0, tzinfo=UTC)
@@ -192,6 +193,7 @@ def test_buckets_are_upstreams() -> None:
         "launch_type",
         "warmpool_name",
         "pod_condition",
+        "created_by",  # upstream #1039
     )
 
 
@@ -335,13 +337,16 @@ def test_label_values(
 
 
 # --- upstream TestSandboxClaimCreationMetric ------------------------------------------------
-def creation_total(ns: str, template: str, launch: str, pool: str, cond: str) -> float:
+def creation_total(
+    ns: str, template: str, launch: str, pool: str, cond: str, created_by: str = ""
+) -> float:
     labels = {
         "namespace": ns,
         "sandbox_template": template,
         "launch_type": launch,
         "warmpool_name": pool,
         "pod_condition": cond,
+        "created_by": created_by,
     }
     return value("agent_sandbox_claim_creation_total", labels)
 
@@ -371,3 +376,12 @@ def test_claim_creation_without_template_counts_unknown() -> None:
     ns = f"ns-{uuid.uuid4().hex[:8]}"
     cm.count_claim_creation(ns, "", "warm", "p", True)
     assert creation_total(ns, "__unknown__", "warm", "p", "ready") == 1
+
+
+def test_claim_creation_counts_the_claims_created_by_label() -> None:
+    ns = f"ns-{uuid.uuid4().hex[:8]}"
+    claim = {"metadata": {"labels": {keys.LABEL_CREATED_BY: "python-client"}}}
+    cm.count_claim_creation(ns, "t", "warm", "p", True, created_by=created_by(claim))
+    assert creation_total(ns, "t", "warm", "p", "ready", "python-client") == 1
+    assert creation_total(ns, "t", "warm", "p", "ready") == 0
+    assert created_by({"metadata": {}}) == ""

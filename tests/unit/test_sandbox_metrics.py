@@ -58,92 +58,113 @@ def sb(
     return {"metadata": meta, "spec": {}, "status": status}
 
 
-# (case, sandbox, expected labels: ns, ready_condition, expired, launch_type, template, owned_by)
+def created(sandbox: dict[str, Any], by: str) -> dict[str, Any]:
+    sandbox["metadata"]["labels"][keys.LABEL_CREATED_BY] = by
+    return sandbox
+
+
+# (case, sandbox, expected labels: ns, ready_condition, expired, launch_type, template, owned_by,
+# created_by)
 TABLE: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
-    ("bare, no status", sb(), ("default", "false", "false", "cold", "unknown", "None")),
+    ("bare, no status", sb(), ("default", "false", "false", "cold", "unknown", "None", "")),
     (
         "ready",
         sb(ready=("True", "DependenciesReady")),
-        ("default", "true", "false", "cold", "unknown", "None"),
+        ("default", "true", "false", "cold", "unknown", "None", ""),
     ),
     (
         "not ready",
         sb(ready=("False", "DependenciesNotReady")),
-        ("default", "false", "false", "cold", "unknown", "None"),
+        ("default", "false", "false", "cold", "unknown", "None", ""),
     ),
     (
         "expired",
         sb(ready=("False", "SandboxExpired")),
-        ("default", "false", "true", "cold", "unknown", "None"),
+        ("default", "false", "true", "cold", "unknown", "None", ""),
     ),
-    ("template annotation", sb(template="py"), ("default", "false", "false", "cold", "py", "None")),
+    (
+        "template annotation",
+        sb(template="py"),
+        ("default", "false", "false", "cold", "py", "None", ""),
+    ),
     (
         "empty template annotation",
         sb(template=""),
-        ("default", "false", "false", "cold", "unknown", "None"),
+        ("default", "false", "false", "cold", "unknown", "None", ""),
     ),
     (
         "claim-owned v1beta1",
         sb(owner=(f"{EXT}/v1beta1", "SandboxClaim")),
-        ("default", "false", "false", "cold", "unknown", "SandboxClaim"),
+        ("default", "false", "false", "cold", "unknown", "SandboxClaim", ""),
     ),
     (
         "claim-owned v1alpha1 (any version)",
         sb(owner=(f"{EXT}/v1alpha1", "SandboxClaim")),
-        ("default", "false", "false", "cold", "unknown", "SandboxClaim"),
+        ("default", "false", "false", "cold", "unknown", "SandboxClaim", ""),
     ),
     (
         "kind from another group",
         sb(owner=("example.com/v1", "SandboxClaim")),
-        ("default", "false", "false", "cold", "unknown", "None"),
+        ("default", "false", "false", "cold", "unknown", "None", ""),
     ),
     (
         "owner reference that is not the controller",
         sb(owner=(f"{EXT}/v1beta1", "SandboxClaim"), controller=False),
-        ("default", "false", "false", "cold", "unknown", "None"),
+        ("default", "false", "false", "cold", "unknown", "None", ""),
     ),
     (
         "other kind of our group",
         sb(owner=(f"{EXT}/v1beta1", "SandboxTemplate")),
-        ("default", "false", "false", "cold", "unknown", "None"),
+        ("default", "false", "false", "cold", "unknown", "None", ""),
     ),
     # launch_type precedence: 1. the label
     (
         "label cold beats pod-name annotation",
         sb(launch="cold", pod_name="s", owner=(f"{EXT}/v1beta1", "SandboxClaim")),
-        ("default", "false", "false", "cold", "unknown", "SandboxClaim"),
+        ("default", "false", "false", "cold", "unknown", "SandboxClaim", ""),
     ),
     (
         "label warm",
         sb(launch="warm", owner=(f"{EXT}/v1beta1", "SandboxClaim")),
-        ("default", "false", "false", "warm", "unknown", "SandboxClaim"),
+        ("default", "false", "false", "warm", "unknown", "SandboxClaim", ""),
     ),
     (
         "label cold beats pool ownership",
         sb(launch="cold", owner=(f"{EXT}/v1beta1", "SandboxWarmPool")),
-        ("default", "false", "false", "cold", "unknown", "SandboxWarmPool"),
+        ("default", "false", "false", "cold", "unknown", "SandboxWarmPool", ""),
     ),
     # 2. unlabelled pool sandbox (not claimed yet): warm, pod or not
     (
         "unclaimed pool sandbox without pod",
         sb(owner=(f"{EXT}/v1beta1", "SandboxWarmPool")),
-        ("default", "false", "false", "warm", "unknown", "SandboxWarmPool"),
+        ("default", "false", "false", "warm", "unknown", "SandboxWarmPool", ""),
     ),
     # 3. unlabelled otherwise: upstream's pod-name rule
     (
         "unlabelled with pod-name",
         sb(pod_name="s", owner=(f"{EXT}/v1beta1", "SandboxClaim")),
-        ("default", "false", "false", "warm", "unknown", "SandboxClaim"),
+        ("default", "false", "false", "warm", "unknown", "SandboxClaim", ""),
     ),
     (
         "unlabelled, empty pod-name",
         sb(pod_name=""),
-        ("default", "false", "false", "cold", "unknown", "None"),
+        ("default", "false", "false", "cold", "unknown", "None", ""),
+    ),
+    # created_by: the Sandbox's agents.x-k8s.io/created-by label (upstream #1039)
+    (
+        "pool sandbox created by the controller",
+        created(sb(owner=(f"{EXT}/v1beta1", "SandboxWarmPool")), "controller"),
+        ("default", "false", "false", "warm", "unknown", "SandboxWarmPool", "controller"),
+    ),
+    (
+        "claimed by the python client",
+        created(sb(launch="cold", owner=(f"{EXT}/v1beta1", "SandboxClaim")), "python-client"),
+        ("default", "false", "false", "cold", "unknown", "SandboxClaim", "python-client"),
     ),
     (
         "unknown label value falls back",
         sb(launch="lukewarm"),
-        ("default", "false", "false", "cold", "unknown", "None"),
+        ("default", "false", "false", "cold", "unknown", "None", ""),
     ),
 ]
 
@@ -163,9 +184,9 @@ def test_count_groups_identical_label_tuples() -> None:
         sb("b"),
     ]
     assert count_sandboxes(sandboxes) == {
-        SandboxLabels("a", "true", "false", "warm", "unknown", "None"): 2,
-        SandboxLabels("a", "true", "false", "cold", "unknown", "None"): 1,
-        SandboxLabels("b", "false", "false", "cold", "unknown", "None"): 1,
+        SandboxLabels("a", "true", "false", "warm", "unknown", "None", ""): 2,
+        SandboxLabels("a", "true", "false", "cold", "unknown", "None", ""): 1,
+        SandboxLabels("b", "false", "false", "cold", "unknown", "None", ""): 1,
     }
 
 
@@ -207,6 +228,7 @@ def test_collector_reads_the_cache_on_every_scrape() -> None:
                 "launch_type": "cold",
                 "sandbox_template": "unknown",
                 "owned_by": "None",
+                "created_by": "",
             }.items()
         )
     )

@@ -15,7 +15,7 @@ family                                                 type       labels
                                                                   sandbox_template
 ``agent_sandbox_claim_creation_total``                 counter    namespace, sandbox_template,
                                                                   launch_type, warmpool_name,
-                                                                  pod_condition
+                                                                  pod_condition, created_by
 =====================================================  =========  ==========================
 
 How the controller uses this module:
@@ -34,9 +34,10 @@ by upstream's optional mutating webhook; we have no webhook, so it stays empty u
 carries that annotation from elsewhere. ``client_claim_startup`` measures from
 ``client-first-requested-at``, which the released Python client (1.0.8) writes with
 ``datetime.now(UTC).isoformat()`` (``+00:00``, microseconds); Go's RFC 3339 (``Z``, up to nine
-fraction digits) parses as well, and a timestamp without a zone is read as UTC. Upstream HEAD
-(#1039) adds a ``created_by`` label to ``agent_sandbox_claim_creation_total``; we keep the seed's
-label set.
+fraction digits) parses as well, and a timestamp without a zone is read as UTC.
+``agent_sandbox_claim_creation_total`` has upstream HEAD's ``created_by`` label (#1039): the
+claim's ``agents.x-k8s.io/created-by`` label (``python-client`` from the 1.0.x client), empty when
+the claim has none.
 """
 
 from __future__ import annotations
@@ -114,7 +115,14 @@ SANDBOX_CREATION_LATENCY = Histogram(
 CLAIM_CREATION_TOTAL = Counter(
     "agent_sandbox_claim_creation_total",
     "Total number of Sandboxes created or adopted for a SandboxClaim.",
-    ["namespace", "sandbox_template", "launch_type", "warmpool_name", "pod_condition"],
+    [
+        "namespace",
+        "sandbox_template",
+        "launch_type",
+        "warmpool_name",
+        "pod_condition",
+        "created_by",
+    ],
     registry=REGISTRY,
 )
 
@@ -189,17 +197,25 @@ def controller_first_observed(claim: Obj, now: float) -> dict[str, str] | None:
 
 
 def count_claim_creation(
-    namespace: str, template: str, launch_type: str, pool: str, ready: bool
+    namespace: str,
+    template: str,
+    launch_type: str,
+    pool: str,
+    ready: bool,
+    *,
+    created_by: str = "",
 ) -> None:
     """``agent_sandbox_claim_creation_total`` +1: a warm adoption (``warm``, the pool's name,
     the adopted Sandbox's readiness) or a cold create (``cold``, ``none``, not ready). An empty
-    template counts as ``__unknown__``, an empty pool as ``none``."""
+    template counts as ``__unknown__``, an empty pool as ``none``. ``created_by``: the claim's
+    ``agents.x-k8s.io/created-by`` label (:func:`.sandbox_metrics.created_by` of the claim)."""
     CLAIM_CREATION_TOTAL.labels(
         namespace,
         template or UNKNOWN_TEMPLATE,
         launch_type,
         pool or NO_POOL,
         POD_READY if ready else POD_NOT_READY,
+        created_by,
     ).inc()
 
 

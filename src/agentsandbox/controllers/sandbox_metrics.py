@@ -1,14 +1,14 @@
 """The ``agent_sandboxes`` gauge (spec core §5.2) and the Sandbox label helpers it shares with
 the SandboxClaim metrics (:mod:`.claim_metrics`).
 
-``agent_sandboxes{namespace, ready_condition, expired, launch_type, sandbox_template, owned_by}``
-is computed on every scrape, one sample per distinct label tuple with the number of Sandboxes
-carrying it. Upstream LISTs all Sandboxes from controller-runtime's cache (5 s timeout); we read
-the Sandbox informer's cache directly — the same informer the Sandbox controller watches with —
-so a scrape costs no API request and cannot time out. The metrics handler runs on the event loop
-that feeds the informer, so the cache does not change during a scrape. Before the informer's
-first LIST has arrived the family is exposed without samples (upstream's cache read would block,
-then fail and emit nothing).
+``agent_sandboxes{namespace, ready_condition, expired, launch_type, sandbox_template, owned_by,
+created_by}`` is computed on every scrape, one sample per distinct label tuple with the number
+of Sandboxes carrying it. Upstream LISTs all Sandboxes from controller-runtime's cache (5 s
+timeout); we read the Sandbox informer's cache directly — the same informer the Sandbox
+controller watches with — so a scrape costs no API request and cannot time out. The metrics
+handler runs on the event loop that feeds the informer, so the cache does not change during a
+scrape. Before the informer's first LIST has arrived the family is exposed without samples
+(upstream's cache read would block, then fail and emit nothing).
 
 ``launch_type`` (a deliberate fix of upstream 35b9757f, which looks only at the pod-name
 annotation and so labels every cold Sandbox ``warm`` once its pod exists — spec core §2.12):
@@ -21,7 +21,9 @@ annotation and so labels every cold Sandbox ``warm`` once its pod exists — spe
    non-empty, otherwise ``cold``. This covers Sandboxes written before the label existed (it
    still says ``warm`` for an unlabelled cold Sandbox whose pod exists, as upstream did).
 
-Upstream HEAD also has a ``created_by`` label (#1039); we export the seed's label set.
+``created_by`` (upstream HEAD, #1039) is the Sandbox's ``agents.x-k8s.io/created-by`` label:
+``controller`` for a pool's sandboxes, the claim's value (``python-client`` from the released
+1.0.x client) for a claimed one, empty when the Sandbox has none.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ LABELS: Final = (
     "launch_type",
     "sandbox_template",
     "owned_by",
+    "created_by",
 )
 
 LAUNCH_TYPE_WARM: Final = keys.LAUNCH_TYPE_WARM
@@ -67,6 +70,7 @@ class SandboxLabels(NamedTuple):
     launch_type: str
     sandbox_template: str
     owned_by: str
+    created_by: str
 
 
 def _meta(sandbox: Obj) -> Obj:
@@ -101,6 +105,11 @@ def launch_type(sandbox: Obj) -> str:
     return LAUNCH_TYPE_COLD
 
 
+def created_by(obj: Obj) -> str:
+    """The ``agents.x-k8s.io/created-by`` label of a Sandbox or claim, ``""`` when absent."""
+    return str((_meta(obj).get("labels") or {}).get(keys.LABEL_CREATED_BY) or "")
+
+
 def template_annotation(sandbox: Obj) -> str | None:
     """The ``agents.x-k8s.io/sandbox-template-ref`` annotation, None when absent or empty."""
     value = (_meta(sandbox).get("annotations") or {}).get(keys.ANNOTATION_SANDBOX_TEMPLATE_REF)
@@ -121,6 +130,7 @@ def sandbox_labels(sandbox: Obj) -> SandboxLabels:
         launch_type=launch_type(sandbox),
         sandbox_template=template_annotation(sandbox) or UNKNOWN_TEMPLATE,
         owned_by=owned_by(sandbox),
+        created_by=created_by(sandbox),
     )
 
 
@@ -156,6 +166,7 @@ __all__ = [
     "SandboxCollector",
     "SandboxLabels",
     "count_sandboxes",
+    "created_by",
     "launch_type",
     "owned_by",
     "sandbox_labels",
