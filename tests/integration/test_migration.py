@@ -13,6 +13,8 @@ delete, no update or patch of the object itself), the claim still bound to its s
 from __future__ import annotations
 
 import asyncio
+import copy
+import json
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -28,6 +30,7 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
+from agentsandbox.devcluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.resources import Resource
 
@@ -36,6 +39,7 @@ from .test_warmpool import client  # noqa: F401  (fixture)
 
 TESTDATA = Path(__file__).resolve().parents[1] / "testdata" / "upstream"
 PLACEHOLDER = "FILLED-BY-TEST"
+CLAIM_CRD_FILE = "extensions.agents.x-k8s.io_sandboxclaims.yaml"
 WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION")
 
 
@@ -262,3 +266,79 @@ async def test_unbound_shadow_pool_claims_are_served_as_their_v1alpha1_form_afte
     assert not any("WarmPoolNotFound" in r for r in reasons.values()), reasons
     sb = await client.get(SANDBOXES, bound["agent-session-2"], namespace)
     assert sb["metadata"]["labels"][keys.LABEL_LAUNCH_TYPE] == keys.LAUNCH_TYPE_WARM
+
+
+def test_documented_crd_replacement_turns_a_webhook_conversion_into_none(
+    cluster: DevCluster, tmp_path: Path
+) -> None:
+    """docs/migrating.md step 3 on a copy of our claim CRD under a throwaway group (the real CRDs
+    serve the rest of the session): installed the way upstream's installer does it (its own
+    field manager, ``conversion: Webhook``, both versions in ``storedVersions``), our apply alone
+    is refused while the ``webhook`` block stays; the documented JSON patch + apply switch it to
+    ``None`` and keep ``storedVersions``."""
+    repo = Path(__file__).resolve().parents[2]
+    (ours,) = [
+        d for d in yaml.safe_load_all((repo / "deploy/crds" / CLAIM_CRD_FILE).read_text()) if d
+    ]
+    group = "migration-check.example.com"
+    ours["metadata"]["name"] = f"{ours['spec']['names']['plural']}.{group}"
+    ours["spec"]["group"] = group
+    name = ours["metadata"]["name"]
+    theirs = copy.deepcopy(ours)
+    theirs["spec"]["conversion"] = {
+        "strategy": "Webhook",
+        "webhook": {
+            "clientConfig": {
+                "service": {
+                    "name": "agent-sandbox-webhook-service",
+                    "namespace": "agent-sandbox-system",
+                    "path": "/convert",
+                    "port": 443,
+                }
+            },
+            "conversionReviewVersions": ["v1", "v1beta1"],
+        },
+    }
+    (tmp_path / "theirs.yaml").write_text(yaml.safe_dump(theirs))
+    (tmp_path / "ours.yaml").write_text(yaml.safe_dump(ours))
+    patch = '[{"op":"replace","path":"/spec/conversion","value":{"strategy":"None"}}]'
+    try:
+        cluster.kubectl(
+            "apply",
+            "--server-side",
+            "--field-manager=upstream-installer",
+            "-f",
+            str(tmp_path / "theirs.yaml"),
+        )
+        cluster.kubectl(
+            "patch",
+            "crd",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            '{"status":{"storedVersions":["v1alpha1","v1beta1"]}}',
+        )
+        refused = cluster.kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            str(tmp_path / "ours.yaml"),
+            check=False,
+        )
+        assert refused.returncode != 0
+        assert "webhook" in refused.stderr, refused.stderr
+        cluster.kubectl("patch", "crd", name, "--type=json", "-p", patch)
+        cluster.kubectl(
+            "apply", "--server-side", "--force-conflicts", "-f", str(tmp_path / "ours.yaml")
+        )
+        got = json.loads(cluster.kubectl("get", "crd", name, "-o", "json").stdout)
+        assert got["spec"]["conversion"] == {"strategy": "None"}
+        assert got["status"]["storedVersions"] == ["v1alpha1", "v1beta1"]
+        assert [(v["name"], v["served"], v["storage"]) for v in got["spec"]["versions"]] == [
+            ("v1beta1", True, True),
+            ("v1alpha1", True, False),
+        ]
+    finally:
+        cluster.kubectl("delete", "crd", name, "--ignore-not-found", check=False)
