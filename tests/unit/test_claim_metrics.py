@@ -17,7 +17,6 @@ import pytest
 from agentsandbox.api import keys
 from agentsandbox.api.timefmt import format_rfc3339_nano, parse_rfc3339
 from agentsandbox.controllers import claim_metrics as cm
-from agentsandbox.controllers.sandbox_metrics import created_by
 from agentsandbox.kube.metrics import REGISTRY
 
 NOW = datetime(2026, 5, 21, 10, 0, 0, tzinfo=UTC)
@@ -381,7 +380,7 @@ def test_claim_creation_without_template_counts_unknown() -> None:
 def test_claim_creation_counts_the_claims_created_by_label() -> None:
     ns = f"ns-{uuid.uuid4().hex[:8]}"
     claim = {"metadata": {"labels": {keys.LABEL_CREATED_BY: "python-client"}}}
-    cm.count_claim_creation(ns, "t", "warm", "p", True, created_by=created_by(claim))
+    cm.count_claim_creation(ns, "t", "warm", "p", True, created_by=cm.claim_created_by(claim))
     assert creation_total(ns, "t", "warm", "p", "ready", "python-client") == 1
     assert creation_total(ns, "t", "warm", "p", "ready") == 0
-    assert created_by({"metadata": {}}) == ""
+    assert cm.claim_created_by({"metadata": {}}) == ""

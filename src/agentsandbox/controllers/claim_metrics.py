@@ -53,7 +53,7 @@ from agentsandbox.api.conditions import CONDITION_READY, find_condition
 from agentsandbox.api.timefmt import format_rfc3339_nano, parse_rfc3339
 from agentsandbox.kube.metrics import REGISTRY
 
-from .sandbox_metrics import launch_type, template_annotation
+from .sandbox_metrics import created_by, launch_type, template_annotation
 
 #: Upstream's buckets (ms) of the three claim startup histograms: 100 ms .. 4 min.
 CLAIM_STARTUP_BUCKETS: Final[tuple[float, ...]] = (
@@ -138,6 +138,12 @@ def claim_launch_type(sandbox: Obj | None) -> str:
     return LAUNCH_TYPE_UNKNOWN if sandbox is None else launch_type(sandbox)
 
 
+def claim_created_by(claim: Obj) -> str:
+    """``created_by`` of ``agent_sandbox_claim_creation_total``: the claim's
+    ``agents.x-k8s.io/created-by`` label (upstream #1039), ``""`` when it has none."""
+    return created_by(claim)
+
+
 def claim_template(claim: Obj, sandbox: Obj | None) -> str:
     """The claim's ``spec.sandboxTemplateRef.name``; for a ``spec.warmPoolRef`` claim the
     Sandbox's ``sandbox-template-ref`` annotation; else ``__unknown__``."""
@@ -207,8 +213,8 @@ def count_claim_creation(
 ) -> None:
     """``agent_sandbox_claim_creation_total`` +1: a warm adoption (``warm``, the pool's name,
     the adopted Sandbox's readiness) or a cold create (``cold``, ``none``, not ready). An empty
-    template counts as ``__unknown__``, an empty pool as ``none``. ``created_by``: the claim's
-    ``agents.x-k8s.io/created-by`` label (:func:`.sandbox_metrics.created_by` of the claim)."""
+    template counts as ``__unknown__``, an empty pool as ``none``. ``created_by``:
+    :func:`claim_created_by` of the claim."""
     CLAIM_CREATION_TOTAL.labels(
         namespace,
         template or UNKNOWN_TEMPLATE,
@@ -305,6 +311,7 @@ __all__ = [
     "SANDBOX_CREATION_LATENCY",
     "UNKNOWN_TEMPLATE",
     "already_recorded",
+    "claim_created_by",
     "claim_launch_type",
     "claim_template",
     "controller_first_observed",
