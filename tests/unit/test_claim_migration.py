@@ -21,11 +21,8 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
-from agentsandbox.controllers.claim import (
-    MISSING_RECHECK,
-    claim_pool_index,
-    claim_template_index,
-)
+from agentsandbox.controllers.claim import MISSING_RECHECK
+from agentsandbox.controllers.claim_handler import claim_pool_index, claim_template_index
 from agentsandbox.controllers.claim_plan import (
     POLICY_DEFAULT,
     POLICY_NONE,
