@@ -158,6 +158,11 @@ async def leave_upstream_objects(client: Client, namespace: str) -> dict[str, st
     }
 
 
+async def only_ours(client: Client, namespace: str) -> bool:  # noqa: F811
+    items = (await client.list(SANDBOXES)).items
+    return all(sb["metadata"]["namespace"] == namespace for sb in items)
+
+
 async def pool_ready(client: Client, namespace: str, name: str) -> Any:  # noqa: F811
     p = await client.get(SANDBOX_WARM_POOLS, name, namespace)
     status = p.get("status") or {}
@@ -177,6 +182,12 @@ async def test_takeover_of_an_upstream_pool_of_20_and_a_migrated_claim_with_no_c
         for sb in (await client.list(SANDBOXES, namespace)).items
     }
     assert len(before) == 21
+    # the apiserver's counter is cluster-wide: earlier tests' namespaces are still being torn
+    # down (the garbage collector DELETEs their sandboxes), so start counting once no sandbox
+    # is left outside this test's namespace
+    await eventually(
+        lambda: only_ours(client, namespace), "earlier tests' sandboxes to be gone", within=90
+    )
     server_before = await apiserver_writes(client, "sandboxes")
 
     # --- our controllers take over

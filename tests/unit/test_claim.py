@@ -344,6 +344,39 @@ async def test_adoption_carries_the_vetted_resource_version_a_lost_race_takes_th
     assert keys.LABEL_CLAIM_UID not in h.sandbox(first)["metadata"]["labels"]
 
 
+async def test_races_lost_to_other_claims_do_not_count_towards_the_cold_fallback() -> None:
+    """Two processes racing (leader election off): our cache is late and the first six
+    candidates were already taken by other claims. Each lost race is not a failure, so the
+    claim still adopts the seventh pool sandbox instead of going cold after five (found by the
+    two-process integration test: a claim went cold while a pool sandbox stayed free)."""
+    h = Harness()
+    _, _, sbs = setup_pool(h, members=7)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    lost: list[str] = []
+
+    def others_take_them(verb: str, plural: str, name: str) -> None:
+        if verb == "patch" and plural == "sandboxes" and len(lost) < 6 and name not in lost:
+            lost.append(name)
+            stored = h.api.objects[(plural, NS, name)]
+            stored["metadata"]["ownerReferences"] = [
+                {
+                    "apiVersion": SANDBOX_CLAIM.api_version,
+                    "kind": "SandboxClaim",
+                    "name": f"other-{len(lost)}",
+                    "uid": f"other-uid-{len(lost)}",
+                    "controller": True,
+                }
+            ]
+            stored["metadata"]["resourceVersion"] = "999"
+
+    h.api.before = others_take_them
+    await h.reconcile()
+    assert len(lost) == 6
+    (free,) = {s["metadata"]["name"] for s in sbs} - set(lost)
+    assert h.claim()["status"]["sandbox"]["name"] == free
+    assert not [c for c in h.api.calls if c[0] == "create" and c[1] == "sandboxes"]
+
+
 async def test_a_conflict_from_a_mere_status_change_retries_the_same_sandbox() -> None:
     """The Sandbox controller wrote the candidate's status since our cache saw it: it is still a
     free pool sandbox, so it is adopted at its current version (not lost for every claim)."""

@@ -100,7 +100,8 @@ CONTROLLER_NAME = "sandboxclaim"
 MISSING_RECHECK = 60.0  # a missing template or pool: look again (its creation re-queues too)
 CREATE_PENDING_RECHECK = 0.2
 CONFLICT_RECHECK = 0.2
-MAX_ADOPTION_ATTEMPTS = 5
+MAX_ADOPTION_ATTEMPTS = 5  # failed adoptions before the cold fallback
+MAX_ADOPTION_LOOKS = 64  # candidates looked at in one pass, lost races included
 EXPIRED_RECHECK = 0.001  # the clean-up pass right after Ready=ClaimExpired is written
 QUOTA_RECHECK = 10.0  # a create refused by a ResourceQuota: retry at this pace, no backoff
 SPREAD = 32  # Ready candidates among which a claim's UID picks (see ClaimReconciler._pick)
@@ -114,6 +115,12 @@ class RetryLater(KubeError):
 def _controlled_by(sb: KubeObject, uid: str) -> bool:
     ref = controller_of(sb)
     return ref is not None and ref.get("uid") == uid
+
+
+def _taken_by_a_claim(sb: KubeObject) -> bool:
+    """The sandbox now has a SandboxClaim as its controller (a race lost, not a fault)."""
+    ref = controller_of(sb)
+    return ref is not None and ref.get("kind") == "SandboxClaim"
 
 
 class ClaimReconciler:
@@ -562,7 +569,10 @@ class ClaimReconciler:
             pod_hash = pod_template_hash((template.get("spec") or {}).get("podTemplate") or {})
         except (GoJSONError, TypeError, ValueError):
             pod_hash = ""
-        for _ in range(MAX_ADOPTION_ATTEMPTS):
+        failures = 0
+        for _ in range(MAX_ADOPTION_LOOKS):
+            if failures >= MAX_ADOPTION_ATTEMPTS:
+                break
             candidate = self._pick(meta["uid"], template, pools, pod_hash, ns)
             if candidate is None:
                 return None
@@ -572,7 +582,7 @@ class ClaimReconciler:
                     SANDBOXES, name, adoption_patch(candidate, claim, template), ns
                 )
             except NotFound:
-                continue  # gone since we looked: next candidate
+                continue  # gone since we looked (our cache was late): next candidate
             except Conflict:
                 # changed since we looked: another claim took it, another process of ours
                 # adopted it for this very claim (leader election off), or only its status moved
@@ -582,17 +592,26 @@ class ClaimReconciler:
                 if _controlled_by(fresh, meta["uid"]):
                     adopted = fresh
                 elif (
-                    candidate_problem(fresh, ns, template, self._pool_of(fresh, pools), pod_hash)
-                    is None
-                ):
+                    problem := candidate_problem(
+                        fresh, ns, template, self._pool_of(fresh, pools), pod_hash
+                    )
+                ) is None:
                     try:  # still a free pool sandbox: one more try at its current version
                         adopted = await self.client.patch(
                             SANDBOXES, name, adoption_patch(fresh, claim, template), ns
                         )
                     except (Conflict, NotFound):
+                        failures += 1
                         continue
                     candidate = fresh
                 else:
+                    # taken by another writer after our cache saw it: our cache was late, the
+                    # next candidate is as good as this one was; only other failures count
+                    # towards the cold fallback (two processes racing would otherwise send a
+                    # claim cold while free pool sandboxes remain)
+                    if not _taken_by_a_claim(fresh):
+                        failures += 1
+                    log.debug("adoption of %s/%s lost: %s", ns, name, problem)
                     continue
             self._bound[f"{ns}/{meta['name']}"] = (meta["uid"], name)
             self._event(
@@ -604,6 +623,7 @@ class ClaimReconciler:
                 keys.LAUNCH_TYPE_WARM,
                 pool_owner(candidate) or "",
                 is_sandbox_ready(candidate),
+                created_by=claim_metrics.claim_created_by(claim),
             )
             return adopted
         return None
@@ -665,7 +685,12 @@ class ClaimReconciler:
             "Provisioning",
         )
         claim_metrics.count_claim_creation(
-            ns, template["metadata"]["name"], keys.LAUNCH_TYPE_COLD, "", False
+            ns,
+            template["metadata"]["name"],
+            keys.LAUNCH_TYPE_COLD,
+            "",
+            False,
+            created_by=claim_metrics.claim_created_by(claim),
         )
         return created
 

@@ -55,6 +55,7 @@ from .warmpool_plan import (
     Snapshot,
     not_progressing_reason,
     plan,
+    pool_replicas,
     transition_event,
 )
 
@@ -578,7 +579,7 @@ class WarmPoolReconciler:
         if create_error is not None:
             status = _with_create_failure(status, create_error)
         old = pool.get("status") or {}
-        DESIRED.labels(ns, name).set(int((pool.get("spec") or {}).get("replicas") or 0))
+        DESIRED.labels(ns, name).set(pool_replicas(pool))
         CURRENT.labels(ns, name).set(status["replicas"])
         READY.labels(ns, name).set(status["readyReplicas"])
         if not all(old.get(k) == v for k, v in status.items()):
