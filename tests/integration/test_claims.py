@@ -277,7 +277,12 @@ async def _hundred_on_thirty(
     client: Client,  # noqa: F811
     ns: str,
     during: Any = None,
+    every_member_adopted: bool = True,
 ) -> None:
+    """``every_member_adopted=False`` (two processes, leader election off): each process may
+    adopt a different sandbox for the same claim and one is then deleted as the extra, so a pool
+    member can be left free while every claim is served; it must then still be a Ready member of
+    the pool at the end (kept for the next claim, not lost)."""
     await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), ns)
     await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 30), ns)
     members = {
@@ -306,10 +311,15 @@ async def _hundred_on_thirty(
         claims = await wait_claims_ready(client, ns, names, 60)
         took = time.monotonic() - t0
         served = await check_invariants(client, ns, claims)
-        await wait_ready_pool(client, ns, "pool", 30, within=60)
+        final = await wait_ready_pool(client, ns, "pool", 30, within=60)
     finally:
         await watcher.stop()
-    assert members <= adopted, f"only {len(members & adopted)} of the 30 pool sandboxes adopted"
+    free = members - adopted
+    if every_member_adopted:
+        assert not free, f"only {len(members & adopted)} of the 30 pool sandboxes adopted"
+    else:
+        still_members = {s["metadata"]["name"] for s in final}
+        assert free <= still_members, f"pool sandboxes lost: {sorted(free - still_members)}"
     warm = set(served.values()) & (adopted - {f"c-{i:03d}" for i in range(100)})
     print(
         f"\n100 claims Ready in {took:.1f}s; {len(members & adopted)}/30 pool sandboxes adopted;"
@@ -338,7 +348,7 @@ async def test_100_claims_with_two_controller_processes_racing(
         controller_process(cluster, tmp_path / "a.log"),
         controller_process(cluster, tmp_path / "b.log"),
     ):
-        await _hundred_on_thirty(client, namespace)
+        await _hundred_on_thirty(client, namespace, every_member_adopted=False)
 
 
 async def test_100_claims_survive_a_kill_9_mid_burst_and_a_restart(
