@@ -77,8 +77,10 @@ class WriteCounter:
 
 
 async def apiserver_writes(client: Client, resource: str) -> Counter[tuple[str, str]]:  # noqa: F811
-    """The apiserver's own ``apiserver_request_total`` of writes to ``resource``, by (verb,
-    subresource): every writer counted, not only our client."""
+    """The apiserver's own ``apiserver_request_total`` of successful (2xx) writes to
+    ``resource``, by (verb, subresource): every writer counted, not only our client. A refused
+    write (e.g. the garbage collector's DELETE of an object of a namespace being torn down that
+    is already gone: 404) changed nothing and is not churn."""
     text = await client.raw("GET", "/metrics", decode=False)
     body = text.decode() if isinstance(text, bytes) else str(text)
     out: Counter[tuple[str, str]] = Counter()
@@ -89,7 +91,11 @@ async def apiserver_writes(client: Client, resource: str) -> Counter[tuple[str, 
             part.split("=", 1) for part in line[line.index("{") + 1 : line.rindex("}")].split(",")
         )
         labels = {k: v.strip('"') for k, v in labels.items()}
-        if labels.get("resource") == resource and labels.get("verb") in WRITE_VERBS:
+        if (
+            labels.get("resource") == resource
+            and labels.get("verb") in WRITE_VERBS
+            and labels.get("code", "").startswith("2")
+        ):
             out[(labels["verb"], labels.get("subresource", ""))] += int(
                 float(line.rsplit(" ", 1)[1])
             )

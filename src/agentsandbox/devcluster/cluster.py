@@ -333,7 +333,14 @@ class DevCluster:
                 "apiVersion": "audit.k8s.io/v1",
                 "kind": "Policy",
                 "omitStages": ["RequestReceived"],
-                "rules": [{"level": "Metadata"}],
+                # writes only (the benchmarks count them); reads and watches are not logged
+                "rules": [
+                    {
+                        "level": "Metadata",
+                        "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+                    },
+                    {"level": "None"},
+                ],
             }
             (self.workdir / "audit-policy.yaml").write_text(yaml.safe_dump(policy))
 
