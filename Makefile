@@ -12,7 +12,7 @@ SDK046_STAMP := $(SDK046_VENV)/.installed
 SDK108_STAMP := $(SDK108_VENV)/.installed
 SDK_STAMPS := $(SDK046_STAMP) $(SDK108_STAMP)
 
-.PHONY: help venv sdk-venvs controlplane cluster cluster-down test test-unit test-integration test-slow demo bench lint fmt clean
+.PHONY: help venv sdk-venvs controlplane cluster cluster-down test test-unit test-integration test-slow demo bench bench-runtime lint fmt clean
 
 help:
 	@echo "make demo          set everything up, start the local control plane and show the controller at work"
@@ -66,7 +66,10 @@ demo: venv controlplane
 	$(PY) -m agentsandbox.cli.demo
 
 bench: venv controlplane
-	$(PY) bench/$(or $(SCENARIO),runtime).py
+	$(PY) bench/run.py $(if $(SCENARIO),--scenario $(SCENARIO))
+
+bench-runtime: venv controlplane
+	$(PY) bench/runtime.py
 
 lint: venv
 	$(VENV)/bin/ruff check src tests
