@@ -73,7 +73,11 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
             f"{f['refill_seconds']} s vs ceiling {f['ceiling_seconds']} s = {f['ratio']} x",
             f"<= {GOAL_RATIO} x ceiling",
         ),
-        ("refill after the last claim Ready", f"{f['refill_seconds_after_last_claim_ready']} s", ""),
+        (
+            "refill after the last claim Ready",
+            f"{f['refill_seconds_after_last_claim_ready']} s",
+            "",
+        ),
     ]
 
 

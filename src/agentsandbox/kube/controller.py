@@ -695,8 +695,18 @@ class Controller:
             self._log_failure(request, err)
             return
         finally:
-            self._m_time.observe(time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            self._m_time.observe(elapsed)
             self._m_active.dec()
+            if self._log.isEnabledFor(logging.DEBUG):  # one line per pass (bench P7 parses it)
+                self._log.debug(
+                    "reconciled",
+                    extra={
+                        "controller": self.name,
+                        "request": str(request),
+                        "duration_ms": round(elapsed * 1000, 3),
+                    },
+                )
         if self._failures.pop(request, None) is not None:
             self._log.info("controller %s: %s reconciled after errors", self.name, request)
         if result is None:
