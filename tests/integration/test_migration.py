@@ -40,7 +40,6 @@ from .test_warmpool import client  # noqa: F401  (fixture)
 TESTDATA = Path(__file__).resolve().parents[1] / "testdata" / "upstream"
 PLACEHOLDER = "FILLED-BY-TEST"
 CLAIM_CRD_FILE = "extensions.agents.x-k8s.io_sandboxclaims.yaml"
-WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION")
 
 
 def load(name: str) -> list[dict[str, Any]]:
@@ -76,30 +75,35 @@ class WriteCounter:
         return {(v, sub): n for (v, p, sub), n in self.counts.items() if p == plural}
 
 
-async def apiserver_writes(client: Client, resource: str) -> Counter[tuple[str, str]]:  # noqa: F811
-    """The apiserver's own ``apiserver_request_total`` of successful (2xx) writes to
-    ``resource``, by (verb, subresource): every writer counted, not only our client. A refused
-    write (e.g. the garbage collector's DELETE of an object of a namespace being torn down that
-    is already gone: 404) changed nothing and is not churn."""
-    text = await client.raw("GET", "/metrics", decode=False)
-    body = text.decode() if isinstance(text, bytes) else str(text)
-    out: Counter[tuple[str, str]] = Counter()
-    for line in body.splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        labels = dict(
-            part.split("=", 1) for part in line[line.index("{") + 1 : line.rindex("}")].split(",")
-        )
-        labels = {k: v.strip('"') for k, v in labels.items()}
-        if (
-            labels.get("resource") == resource
-            and labels.get("verb") in WRITE_VERBS
-            and labels.get("code", "").startswith("2")
-        ):
-            out[(labels["verb"], labels.get("subresource", ""))] += int(
-                float(line.rsplit(" ", 1)[1])
-            )
-    return out
+async def churn_watch(
+    client: Client,  # noqa: F811
+    namespace: str,
+    resource_version: str,
+    before: dict[str, dict[str, Any]],
+) -> list[tuple[str, str]]:
+    """Watch the namespace's sandboxes from ``resource_version`` until cancelled; return
+    ``(kind, name)`` per event: ``status`` for a change of the status only, else ``added``,
+    ``deleted`` or ``rewritten`` (the object itself changed)."""
+    seen: list[tuple[str, str]] = []
+    last = dict(before)
+    try:
+        async for ev in client.watch(SANDBOXES, namespace, resource_version=resource_version):
+            if ev.type == "BOOKMARK":
+                continue
+            name = ev.object["metadata"]["name"]
+            now = identity(ev.object)
+            if ev.type == "ADDED":
+                seen.append(("added", name))
+            elif ev.type == "DELETED":
+                seen.append(("deleted", name))
+            elif last.get(name) != now:
+                seen.append(("rewritten", name))
+            else:
+                seen.append(("status", name))
+            last[name] = now
+    except asyncio.CancelledError:
+        pass
+    return seen
 
 
 def identity(sb: dict[str, Any]) -> dict[str, Any]:
@@ -164,11 +168,6 @@ async def leave_upstream_objects(client: Client, namespace: str) -> dict[str, st
     }
 
 
-async def only_ours(client: Client, namespace: str) -> bool:  # noqa: F811
-    items = (await client.list(SANDBOXES)).items
-    return all(sb["metadata"]["namespace"] == namespace for sb in items)
-
-
 async def pool_ready(client: Client, namespace: str, name: str) -> Any:  # noqa: F811
     p = await client.get(SANDBOX_WARM_POOLS, name, namespace)
     status = p.get("status") or {}
@@ -183,18 +182,13 @@ async def test_takeover_of_an_upstream_pool_of_20_and_a_migrated_claim_with_no_c
     pool_uid, claim_name, claim_uid = left["pool_uid"], left["claim"], left["claim_uid"]
     claimed_name = left["claimed"]
 
-    before = {
-        sb["metadata"]["name"]: identity(sb)
-        for sb in (await client.list(SANDBOXES, namespace)).items
-    }
+    listed = await client.list(SANDBOXES, namespace)
+    before = {sb["metadata"]["name"]: identity(sb) for sb in listed.items}
     assert len(before) == 21
-    # the apiserver's counter is cluster-wide: earlier tests' namespaces are still being torn
-    # down (the garbage collector DELETEs their sandboxes), so start counting once no sandbox
-    # is left outside this test's namespace
-    await eventually(
-        lambda: only_ours(client, namespace), "earlier tests' sandboxes to be gone", within=90
-    )
-    server_before = await apiserver_writes(client, "sandboxes")
+    # every writer's changes to this namespace's sandboxes, from the listed version on (a watch
+    # is namespace-scoped; the apiserver's request counter is cluster-wide and counted other
+    # tests' teardown)
+    changes = asyncio.create_task(churn_watch(client, namespace, listed.resource_version, before))
 
     # --- our controllers take over
     writes = WriteCounter(client)
@@ -230,13 +224,14 @@ async def test_takeover_of_an_upstream_pool_of_20_and_a_migrated_claim_with_no_c
     mine = writes.of(SANDBOXES.plural)
     assert {k: n for k, n in mine.items() if k[1] != "status"} == {}, mine
     assert set(mine) <= {("patch", "status"), ("update", "status"), ("apply", "status")}, mine
-    # the apiserver's own count (every writer): no write to a sandbox beyond /status
-    server = await apiserver_writes(client, "sandboxes")
-    server.subtract(server_before)
-    churn = {k: n for k, n in server.items() if n and k[1] != "status"}
-    assert churn == {}, churn
-    status_writes = sum(n for k, n in server.items() if k[1] == "status")
-    print(f"\ntakeover: sandbox writes by our client {dict(mine)}; apiserver {dict(+server)}")
+    # every writer (the watch): no sandbox added or deleted, none changed beyond its status
+    await asyncio.sleep(1.0)  # the watch has seen everything up to now
+    changes.cancel()
+    seen = await changes
+    churn = [c for c in seen if c[0] != "status"]
+    assert churn == [], churn
+    status_writes = sum(1 for c in seen if c[0] == "status")
+    print(f"\ntakeover: sandbox writes by our client {dict(mine)}; watch saw {status_writes}")
     assert status_writes >= 20  # each pool sandbox got our Ready status
     # the claim never got another sandbox, nor a cold one
     owners = Counter(
