@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from pathlib import Path
 from typing import Any
 
-from harness import GATE_FLAGS, Bench, BenchError, summary_ms, template, warm_pool
+from harness import GATE_FLAGS, ROOT, Bench, BenchError, summary_ms, template, warm_pool
 
 from agentsandbox.api.conditions import is_condition_true, is_sandbox_ready
 from agentsandbox.api.kinds import SANDBOX_CLAIM
@@ -32,6 +33,7 @@ from agentsandbox.api.resources import (
     SANDBOXES,
 )
 from agentsandbox.controllers.claim_plan import pool_owner
+from agentsandbox.devcluster.standin import StandinRuntime
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.informer import Informer
 
@@ -45,6 +47,7 @@ FULL: dict[str, Any] = {
     "claims": 200,
     "pool": 300,
     "gate": {"rate": 75, "claims": 750, "pool": 1050},
+    "crosscheck": 20,
     "cap_seconds": 1500,
 }
 SMOKE: dict[str, Any] = {
@@ -52,7 +55,8 @@ SMOKE: dict[str, Any] = {
     "claims": 4,
     "pool": 6,
     "gate": {"rate": 5, "claims": 5, "pool": 7},
-    "cap_seconds": 240,
+    "crosscheck": 3,
+    "cap_seconds": 300,
 }
 
 
@@ -74,6 +78,7 @@ class Watches:
         self.ready: set[str] = set()
         self.series: list[tuple[float, int]] = []
         self.wanted: set[str] = set()
+        self.pending: set[str] = set()
         self.ready_at: dict[str, float] = {}
         self.sandbox_of: dict[str, str] = {}
         self.target = 0
@@ -114,11 +119,20 @@ class Watches:
         status = obj.get("status") or {}
         sandbox = (status.get("sandbox") or {}).get("name")
         ready = is_condition_true(status.get("conditions"), "Ready")
-        if ready and sandbox and name in self.wanted and name not in self.ready_at:
+        if ready and sandbox and name in self.pending:
             self.ready_at[name] = time.monotonic()
             self.sandbox_of[name] = sandbox
-            if len(self.ready_at) == len(self.wanted):
+            self.pending.discard(name)
+            if not self.pending:
                 self.all_ready.set()
+
+    def expect(self, names: set[str]) -> None:
+        """Claims to wait for (``all_ready`` is set once each of them was seen Ready)."""
+        self.wanted = set(names)
+        self.pending = set(names) - self.ready_at.keys()
+        self.all_ready.clear()
+        if not self.pending:
+            self.all_ready.set()
 
     async def wait_full(self, target: int, limit: float) -> float:
         self.target = target
@@ -165,7 +179,7 @@ async def step(
             fill_s = time.monotonic() - t_fill
             await asyncio.sleep(1.0)  # the fill's last writes settle
             names = [f"c-{i:04d}" for i in range(claims)]
-            w.wanted = set(names)
+            w.expect(set(names))
             w.target = 0
             scheduled: dict[str, float] = {}
             sent: dict[str, float] = {}
@@ -225,6 +239,65 @@ async def step(
     }
 
 
+SDK_PYTHON = ROOT / ".venv-sdk108" / "bin" / "python"
+CROSSCHECK_PAUSE = 0.1
+
+
+async def crosscheck(b: Bench, count: int) -> dict[str, Any]:
+    """The same sequential warm claims measured twice: by the released 1.0.8 client (its own
+    ``create_sandbox`` call, claim → claim Ready) and by this generator (POST → the Ready event
+    on its watch), in one namespace against one pool. The two p50s should agree within 20 ms."""
+    if not SDK_PYTHON.exists():
+        raise BenchError(f"{SDK_PYTHON} missing: run `make sdk-venvs`")
+    client = b.api
+    async with b.namespace("p1-sdk") as ns:
+        await client.create(SANDBOX_TEMPLATES, template("tpl"), ns)
+        async with StandinRuntime() as standin, Watches(client, ns) as w:
+            await client.create(SANDBOX_WARM_POOLS, warm_pool(POOL, "tpl", count + 5), ns)
+            await w.wait_full(count + 5, 120)
+            await wait_pool_status(client, ns, count + 5, 120)
+            proc = await asyncio.create_subprocess_exec(
+                str(SDK_PYTHON),
+                str(Path(__file__).with_name("sdk_latency.py")),
+                f"--kubeconfig={b.cluster.kubeconfig}",
+                f"--namespace={ns}",
+                f"--api-url={standin.url}",
+                f"--warm-pool={POOL}",
+                f"--count={count}",
+                f"--pause={CROSSCHECK_PAUSE}",
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            out, err = await asyncio.wait_for(proc.communicate(), 60 + 5 * count)
+            if proc.returncode != 0:
+                raise BenchError(f"sdk_latency.py exited {proc.returncode}: {err.decode()[-2000:]}")
+            sdk = json.loads(out.decode().strip().splitlines()[-1])
+            await w.wait_full(count + 5, 120)
+            ours: list[float] = []
+            for i in range(count):
+                name = f"x-{i:03d}"
+                w.expect({name})
+                t = time.monotonic()
+                await client.create(SANDBOX_CLAIMS, claim_obj(name), ns)
+                await asyncio.wait_for(w.all_ready.wait(), 60)
+                ours.append(round((w.ready_at[name] - t) * 1000, 1))
+                await client.delete(SANDBOX_CLAIMS, name, ns)
+                await asyncio.sleep(CROSSCHECK_PAUSE)
+    sdk_p50 = summary_ms(sdk["create_ms"])["p50"]
+    our_p50 = summary_ms(ours)["p50"]
+    return {
+        "sdk": sdk["sdk"],
+        "claims": count,
+        "sdk_create_ms": sdk["create_ms"],
+        "generator_ms": ours,
+        "sdk_p50_ms": sdk_p50,
+        "generator_p50_ms": our_p50,
+        "p50_difference_ms": None
+        if sdk_p50 is None or our_p50 is None
+        else round(sdk_p50 - our_p50, 1),
+    }
+
+
 def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 2)
 
@@ -274,6 +347,14 @@ async def run(b: Bench, size: dict[str, Any], shared: dict[str, Any]) -> dict[st
         )
         cpu = proc.cpu() - cpu0
         rss_now, rss_peak = proc.rss()
+        await b.wait_namespaces_gone()
+        cross = await crosscheck(b, int(size["crosscheck"]))
+        print(
+            f"  cross-check ({cross['claims']} sequential claims): k8s-agent-sandbox "
+            f"{cross['sdk']} p50 {cross['sdk_p50_ms']} ms, generator p50 "
+            f"{cross['generator_p50_ms']} ms",
+            flush=True,
+        )
     below = [s for s in steps if s["rate"] <= knee(steps) and s["counts"]]
     p50_below = max((s["latency_ms"]["p50"] or 0.0 for s in below), default=None)
     figures = {
@@ -284,6 +365,7 @@ async def run(b: Bench, size: dict[str, Any], shared: dict[str, Any]) -> dict[st
         "gate_warm_hit_ratio": gate["warm_hit_ratio"],
         "controller_cpu_seconds": round(cpu, 2),
         "controller_rss_peak_mib": rss_peak,
+        "sdk_minus_generator_p50_ms": cross["p50_difference_ms"],
     }
     if figures["worst_p50_below_knee_ms"] is None:
         # no step under the knee: report the lowest rate's p50 (never a null figure)
@@ -293,6 +375,7 @@ async def run(b: Bench, size: dict[str, Any], shared: dict[str, Any]) -> dict[st
         "figures": figures,
         "steps": steps,
         "gate": gate,
+        "crosscheck": cross,
         "controller_rss_mib": {"now": rss_now, "peak": rss_peak},
     }
 
@@ -314,6 +397,14 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
     f = result["figures"]
     out.append(("knee", f"{f['knee_claims_per_s']:g} claims/s", f">= {KNEE_GOAL:g} claims/s"))
     out.append(("p50 below the knee (worst)", f"{f['worst_p50_below_knee_ms']} ms", "<= 150 ms"))
+    c = result["crosscheck"]
+    out.append(
+        (
+            f"released client {c['sdk']} vs generator ({c['claims']} claims)",
+            f"p50 {c['sdk_p50_ms']} vs {c['generator_p50_ms']} ms",
+            "within 20 ms",
+        )
+    )
     return out
 
 
