@@ -1,10 +1,12 @@
 """What every benchmark scenario shares: the control plane, the controller process, namespaces,
 process accounting, the audit log, machine facts and the result files.
 
-A scenario is a module ``bench/pN_*.py`` with ``NAME``, ``TITLE``, ``FULL`` and ``SMOKE`` (its
-sizes and time cap), ``async def run(b: Bench, size: dict) -> dict`` (the JSON figures),
-``plot(result, png)`` and ``rows(result) -> list[tuple[str, str]]`` (the table). ``bench/run.py``
-runs them in order against one private control plane and writes ``bench/results/``.
+A scenario is a module ``bench/pN_*.py`` with ``TITLE``, ``FULL`` and ``SMOKE`` (its sizes and
+``cap_seconds``), ``async def run(b: Bench, size: dict, shared: dict) -> dict`` (the JSON, with a
+flat ``figures`` dict of headline numbers; ``shared`` holds earlier scenarios' results),
+``plot(result, png)`` and ``rows(result) -> list[tuple[str, str, str]]`` (figure, measured, goal)
+for the table. ``bench/run.py`` runs them in order against one private control plane and writes
+``bench/results/``.
 """
 
 from __future__ import annotations
@@ -282,15 +284,17 @@ class Bench:
     ) -> Iterator[ControllerProcess]:
         log = self.out / f"{name}-controller.log"
         metrics, health = free_port(), free_port()
+        # ours last (a later flag wins): whatever a flag set says, the bench's controller
+        # talks to the bench cluster, binds loopback only and does not elect a leader
         argv = [
             str(EXE),
-            f"--kubeconfig={self.cluster.kubeconfig}",
+            *flags,
+            *extra,
             "--extensions",
+            f"--kubeconfig={self.cluster.kubeconfig}",
             "--leader-elect=false",
             f"--metrics-bind-address=127.0.0.1:{metrics}",
             f"--health-probe-bind-address=127.0.0.1:{health}",
-            *flags,
-            *extra,
         ]
         with log.open("wb") as out:
             popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
