@@ -48,7 +48,7 @@ async def run(b: Bench, size: dict[str, Any], shared: dict[str, Any]) -> dict[st
         ceil = await ceiling(b, max(refilled, 1), list(size["concurrencies"]), 300.0)
         proc.check()
     seconds = gate["refill_seconds_from_first_claim"]
-    best = ceil["best_seconds"]
+    best = ceil["seconds"]
     ratio = round(seconds / best, 3) if seconds is not None and best else None
     return {
         "flags": list(GATE_FLAGS),
@@ -90,9 +90,14 @@ def plot(result: dict[str, Any], png: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4))
     series = result["gate"]["pool_series"]
     ax.plot([p[0] for p in series], [p[1] for p in series], label="pool Ready (gate shape)")
-    for conc, run in sorted((result["ceiling"].get("runs") or {}).items()):
+    for run in result["ceiling"].get("runs") or []:
         s = run.get("series") or []
-        ax.plot([p[0] for p in s], [p[1] for p in s], linestyle="--", label=f"ceiling c={conc}")
+        ax.plot(
+            [p[0] for p in s],
+            [p[1] for p in s],
+            linestyle="--",
+            label=f"ceiling c={run['concurrency']}",
+        )
     ax.set_xlabel("seconds (pool: from the first claim; ceiling: from its first create)")
     ax.set_ylabel("Ready sandboxes")
     f = result["figures"]
