@@ -72,8 +72,8 @@ bench-runtime: venv controlplane
 	$(PY) bench/runtime.py
 
 lint: venv
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests bench hack
+	$(VENV)/bin/ruff format --check src tests bench hack
 	$(VENV)/bin/mypy
 
 fmt: venv

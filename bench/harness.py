@@ -247,7 +247,8 @@ class Bench:
         if self.client is None:
             # the load generator is not rate limited: the schedule is its limit
             cfg = await load_kubeconfig(str(self.cluster.kubeconfig))
-            self.client = Client(cfg, qps=0, pool_size=400)
+            # its own user agent: in the audit log the bench's writes are never the controller's
+            self.client = Client(cfg, qps=0, pool_size=400, user_agent="agentsandbox-bench")
         return self.client
 
     async def close(self) -> None:

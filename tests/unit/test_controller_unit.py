@@ -625,3 +625,37 @@ def test_with_predicates_filter_every_source() -> None:
     host.sources[(WIDGETS, None, None)].add(obj("w", labels={"pool": "p2"}))
     host.sources[(CONFIGMAPS, None, None)].add(obj("c", labels={"pool": "p1"}, owners=[ref("o")]))
     assert waiting(controller) == {Request("ns", "o")}
+
+
+async def test_min_interval_coalesces_events_after_a_recent_pass_into_one_later_pass() -> None:
+    """A request whose last pass started within min_interval is not queued at once: it waits for
+    the rest of the interval (one later pass serves every event in between). Another request,
+    or the same one once the interval is over, is queued at once."""
+    controller = Controller("coalesce", noop, min_interval=0.2)
+    a, b = Request("ns", "a"), Request("ns", "b")
+    controller.enqueue(a)
+    assert len(controller.queue) == 1  # never passed: at once
+    got = await controller.queue.get()
+    await controller.process(got)
+    controller.queue.done(got)
+    for _ in range(5):  # a burst of events right after the pass
+        controller.enqueue(a)
+    controller.enqueue(b)
+    assert len(controller.queue) == 1 and controller.queue.delayed_count == 1
+    await asyncio.sleep(0.3)
+    assert len(controller.queue) == 2  # a is back, once
+    assert controller.queue.delayed_count == 0
+    for _ in range(2):
+        got = await controller.queue.get()
+        await controller.process(got)
+        controller.queue.done(got)
+    assert len(controller.queue) == 0
+    await asyncio.sleep(0.25)
+    controller.enqueue(a)  # interval over (a's last pass started 0.25 s ago): at once
+    assert len(controller.queue) == 1 and controller.queue.delayed_count == 0
+
+
+def test_min_interval_is_off_by_default_and_never_negative() -> None:
+    assert Controller("plain", noop).min_interval == 0
+    with pytest.raises(ValueError):
+        Controller("bad", noop, min_interval=-1)

@@ -508,10 +508,18 @@ class Controller:
         rate_limiter: RateLimiter | None = None,
         logger: logging.Logger | None = None,
         expected_errors: tuple[type[BaseException], ...] = EXPECTED_ERRORS,
+        min_interval: float = 0.0,
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be >= 1")
+        if min_interval < 0:
+            raise ValueError("min_interval must be >= 0")
         self.name = name
+        # events for a request whose last pass started less than min_interval ago wait for the
+        # rest of the interval (one pass then sees them all): for reconciles whose cost grows
+        # with the object's size, like a pool's pass over its members
+        self.min_interval = min_interval
+        self._last_start: dict[Request, float] = {}
         self._reconcile: ReconcileFunc = (
             reconciler.reconcile if isinstance(reconciler, Reconciler) else reconciler
         )
@@ -596,11 +604,25 @@ class Controller:
 
     def _enqueue_mapped(self, mapper: Mapper, obj: KubeObject) -> None:
         for request in mapper(obj):
-            self._queue.add(request)
+            self.enqueue(request)
 
     def enqueue(self, request: Request) -> None:
-        """Ask for ``request`` to be reconciled (from outside the watches)."""
+        """Ask for ``request`` to be reconciled (from outside the watches too)."""
+        if self.min_interval:
+            started = self._last_start.get(request)
+            if started is not None:
+                wait = started + self.min_interval - time.monotonic()
+                if wait > 0:
+                    self._queue.add_after(request, wait)
+                    return
         self._queue.add(request)
+
+    def _note_start(self, request: Request, now: float) -> None:
+        last = self._last_start
+        last[request] = now
+        if len(last) > 4096:  # forget requests whose interval is long over
+            for key in [k for k, t in last.items() if now - t > self.min_interval]:
+                del last[key]
 
     # --- lifecycle
 
@@ -680,6 +702,8 @@ class Controller:
         """
         queue = self._queue
         self._m_active.inc()
+        if self.min_interval:
+            self._note_start(request, time.monotonic())
         started = time.perf_counter()
         try:
             result = await self._reconcile(request)
@@ -802,6 +826,7 @@ class _BuilderState:
     global_predicates: list[Predicate] = field(default_factory=list)
     workers: int = 1
     rate_limiter: RateLimiter | None = None
+    min_interval: float = 0.0
 
 
 class ControllerBuilder:
@@ -887,6 +912,12 @@ class ControllerBuilder:
         self._state.workers = count
         return self
 
+    def with_min_interval(self, seconds: float) -> Self:
+        """Coalesce the events of one request that arrive within ``seconds`` of its last pass's
+        start into one later pass (see :class:`Controller`)."""
+        self._state.min_interval = seconds
+        return self
+
     def with_rate_limiter(self, rate_limiter: RateLimiter) -> Self:
         self._state.rate_limiter = rate_limiter
         return self
@@ -902,6 +933,7 @@ class ControllerBuilder:
             reconciler,
             workers=state.workers,
             rate_limiter=state.rate_limiter,
+            min_interval=state.min_interval,
         )
         for spec in (state.for_, *state.sources):
             informer = self._host.get_informer(
