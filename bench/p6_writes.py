@@ -163,6 +163,11 @@ def _wall(stamp: str) -> float:
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
+def _code(ev: dict[str, Any]) -> int:
+    """The response code (a write refused with 409, 404, ... still cost the apiserver)."""
+    return int((ev.get("responseStatus") or {}).get("code") or 0)
+
+
 def classify(ev: dict[str, Any], adopted_at: dict[str, float], claims: set[str]) -> str:
     """``claim`` / ``replacement`` / ``pool`` for one write of ours. ``adopted_at`` maps each
     adopted sandbox to the time its claim was created: a write to that sandbox (or its pod,
@@ -264,6 +269,7 @@ async def run(b: Bench, size: dict[str, Any], shared: dict[str, Any]) -> dict[st
 
     table = []
     for path, evs in paths.items():
+        refused = count_by([ev for ev in evs if _code(ev) >= 300])
         for (agent, res, verb), count in sorted(count_by(evs).items()):
             table.append(
                 {
@@ -272,6 +278,7 @@ async def run(b: Bench, size: dict[str, Any], shared: dict[str, Any]) -> dict[st
                     "resource": res,
                     "verb": verb,
                     "count": count,
+                    "refused": refused.get((agent, res, verb), 0),
                     "per_claim": round(count / n, 3),
                 }
             )
@@ -299,6 +306,16 @@ async def run(b: Bench, size: dict[str, Any], shared: dict[str, Any]) -> dict[st
     )
     figures = {
         "claim_path_sandbox_and_claim_writes_per_claim": per_claim("claim", CLAIM_RESOURCES),
+        "claim_path_refused_sandbox_and_claim_writes_per_claim": round(
+            sum(
+                1
+                for ev in paths["claim"]
+                if (ev.get("objectRef") or {}).get("resource") in CLAIM_RESOURCES
+                and _code(ev) >= 300
+            )
+            / n,
+            3,
+        ),
         "claim_path_pod_writes_per_claim": per_claim("claim", ("pods",)),
         "claim_path_event_writes_per_claim": per_claim("claim", ("events",)),
         "claim_path_all_writes_per_claim": round(len(paths["claim"]) / n, 3),
