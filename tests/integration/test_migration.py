@@ -56,23 +56,39 @@ def fill(obj: Any, value: str) -> Any:
     return value if obj == PLACEHOLDER else obj
 
 
+# where each Client write method takes its namespace when it is passed positionally
+NAMESPACE_ARG = {"create": 1, "update": 1, "patch": 2, "delete": 1, "delete_collection": 0}
+
+
 class WriteCounter:
-    """Counts the client's writes by (verb, plural, subresource) while installed."""
+    """Counts the client's writes by (verb, plural, subresource, namespace) while installed.
+    The in-process controllers also serve what earlier tests left behind (pools in namespaces
+    being torn down keep trying to create), so counts are read per namespace."""
 
     def __init__(self, client: Client) -> None:  # noqa: F811
-        self.counts: Counter[tuple[str, str, str]] = Counter()
+        self.counts: Counter[tuple[str, str, str, str]] = Counter()
         for verb in ("create", "update", "patch", "apply", "delete", "delete_collection"):
             setattr(client, verb, self._wrap(verb, getattr(client, verb)))
 
     def _wrap(self, verb: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         async def call(resource: Resource, *args: Any, **kwargs: Any) -> Any:
-            self.counts[(verb, resource.plural, kwargs.get("subresource") or "")] += 1
+            ns = kwargs.get("namespace")
+            if ns is None and verb == "apply" and args and isinstance(args[0], dict):
+                ns = args[0].get("metadata", {}).get("namespace")
+            elif ns is None and len(args) > NAMESPACE_ARG.get(verb, 99):
+                ns = args[NAMESPACE_ARG[verb]]
+            sub = kwargs.get("subresource") or ""
+            self.counts[(verb, resource.plural, sub, str(ns or ""))] += 1
             return await fn(resource, *args, **kwargs)
 
         return call
 
-    def of(self, plural: str) -> dict[tuple[str, str], int]:
-        return {(v, sub): n for (v, p, sub), n in self.counts.items() if p == plural}
+    def of(self, plural: str, namespace: str) -> dict[tuple[str, str], int]:
+        return {
+            (v, sub): n
+            for (v, p, sub, ns), n in self.counts.items()
+            if p == plural and ns == namespace
+        }
 
 
 async def churn_watch(
@@ -221,7 +237,7 @@ async def test_takeover_of_an_upstream_pool_of_20_and_a_migrated_claim_with_no_c
         assert ready_condition(sb).get("status") == "True", sb["metadata"]["name"]
 
     # our client: status writes only
-    mine = writes.of(SANDBOXES.plural)
+    mine = writes.of(SANDBOXES.plural, namespace)
     assert {k: n for k, n in mine.items() if k[1] != "status"} == {}, mine
     assert set(mine) <= {("patch", "status"), ("update", "status"), ("apply", "status")}, mine
     # every writer (the watch): no sandbox added or deleted, none changed beyond its status

@@ -250,6 +250,19 @@ async def test_a_cold_start_writes_pvcs_then_pod_then_annotation_then_service_th
     assert r.recorder.reasons() == ["PodCreated"]
 
 
+async def test_a_sandbox_created_with_its_pod_name_annotation_needs_no_annotation_patch() -> None:
+    """The warm pool names its sandboxes and puts the pod-name annotation in the create: the
+    first pass creates the pod and writes the status, nothing else; the event says the pod was
+    created (the annotation on a Sandbox with no status is not a pod that went away)."""
+    sb = sandbox()
+    sb["metadata"].setdefault("annotations", {})[keys.ANNOTATION_POD_NAME] = sb["metadata"]["name"]
+    r = rig(sb)
+    await r.run()
+    assert r.client.annotation_patches() == []
+    assert [k for k in r.client.sent() if k[0] == "patch" and k[1] == SANDBOX_KIND] == []
+    assert r.recorder.reasons() == ["PodCreated"]
+
+
 async def test_deletes_carry_the_uid_precondition() -> None:
     sb = sandbox(replicas=0, service=False)
     r = rig(sb, running_pod(), service=service_obj())

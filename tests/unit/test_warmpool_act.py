@@ -13,6 +13,7 @@ import asyncio
 import copy
 import itertools
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ from agentsandbox.controllers.warmpool_plan import (
 from agentsandbox.kube import metrics as kube_metrics
 from agentsandbox.kube.controller import Request, Result
 from agentsandbox.kube.errors import (
+    AlreadyExists,
     ApiConnectionError,
     Conflict,
     Forbidden,
@@ -88,10 +90,18 @@ class FakeClient:
     async def create(
         self, resource: Resource, obj: dict[str, Any], namespace: str | None = None, **_: Any
     ) -> dict[str, Any]:
-        await self._call("create", obj["metadata"].get("generateName", ""), {})
+        await self._call(
+            "create",
+            obj["metadata"].get("generateName", ""),
+            {
+                "name": obj["metadata"].get("name"),
+                "annotations": obj["metadata"].get("annotations"),
+            },
+        )
         new = copy.deepcopy(obj)
         n = next(_n)
-        new["metadata"]["name"] = f"{new['metadata'].pop('generateName')}{n}"
+        prefix = new["metadata"].pop("generateName", "")
+        new["metadata"]["name"] = new["metadata"].get("name") or f"{prefix}{n}"
         new["metadata"]["uid"] = f"created-{n}"
         new["metadata"]["resourceVersion"] = "1"
         new["metadata"]["creationTimestamp"] = iso(NOW)
@@ -467,6 +477,38 @@ async def test_create_expectations_are_raised_before_and_lowered_by_events() -> 
     assert seen == [3, 3, 3], "expectations are raised before the first POST"
     assert h.pending().creates == 3
     assert result is not None and result.requeue_after == 30.0
+    h.observe_created()
+    assert h.pending().creates == 0
+
+
+async def test_pool_sandboxes_are_named_here_with_their_pod_name_annotation() -> None:
+    """Deviation (bench P6): the pool picks each sandbox's name in generateName's format, so the
+    pod-name annotation is part of the create and the Sandbox controller never patches it in."""
+    t = template()
+    p = pool(3)
+    h = Harness(p, t)
+    await h.reconcile()
+    creates = [d for v, _, d in h.client.calls if v == "create"]
+    names = [d["name"] for d in creates]
+    assert len(set(names)) == 3
+    for d in creates:
+        assert re.fullmatch(r"pool-[bcdfghjklmnpqrstvwxz2456789]{5}", d["name"]), d["name"]
+        assert d["annotations"][keys.ANNOTATION_POD_NAME] == d["name"]
+    long = wp.named({"metadata": {"generateName": "p" * 70 + "-"}})
+    assert len(long["metadata"]["name"]) == 63 and long["metadata"]["name"].startswith("p" * 58)
+    assert long["metadata"]["generateName"] == "p" * 70 + "-"  # kept, as the apiserver keeps it
+
+
+async def test_a_taken_generated_name_is_retried_with_another_and_counted_once() -> None:
+    t = template()
+    p = pool(1)
+    h = Harness(p, t)
+    h.client.fail[("create", "pool-")] = [AlreadyExists("taken")]
+    result = await h.reconcile()
+    creates = [d["name"] for v, _, d in h.client.calls if v == "create"]
+    assert len(creates) == 2 and creates[0] != creates[1]
+    assert len(h.client.created) == 1 and h.pending().creates == 1
+    assert result is not None and result.requeue_after == 30.0  # no error: one create in flight
     h.observe_created()
     assert h.pending().creates == 0
 

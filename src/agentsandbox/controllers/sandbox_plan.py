@@ -656,8 +656,11 @@ def plan_pod(snap: Snapshot, blocking_pvcs: Sequence[str] = ()) -> PodPlan:
         return PodPlan(ChildStep(Action.NONE, meta["name"], error=error), annotation)
 
     body = build_pod(sandbox)
-    had_pod = bool(_status(sandbox).get("replicas")) or bool(
-        (meta.get("annotations") or {}).get(keys.ANNOTATION_POD_NAME)
+    # a pod-name annotation on a Sandbox that never had a status was written by its creator
+    # (the warm pool names its sandboxes and their pods at once), not left by a pod that went
+    had_pod = bool(_status(sandbox).get("replicas")) or (
+        bool((meta.get("annotations") or {}).get(keys.ANNOTATION_POD_NAME))
+        and bool(_status(sandbox))
     )
     event = (
         Event(NORMAL, EVENT_POD_RECREATED, f'Pod was gone; created pod "{meta["name"]}"', "Create")
