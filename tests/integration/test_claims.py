@@ -280,9 +280,11 @@ async def _hundred_on_thirty(
     every_member_adopted: bool = True,
 ) -> None:
     """``every_member_adopted=False`` (two processes, leader election off): each process may
-    adopt a different sandbox for the same claim and one is then deleted as the extra, so a pool
-    member can be left free while every claim is served; it must then still be a Ready member of
-    the pool at the end (kept for the next claim, not lost)."""
+    adopt a different sandbox for the same claim and one is then deleted as the extra, and both
+    pool controllers create replacements, so the pool over-creates for a moment and is trimmed
+    back. A member can then be left free, or trimmed, while every claim is served. What split
+    brain must keep (issue 13): one sandbox per claim, one claim per sandbox, every claim Ready
+    (check_invariants) and the pool back at exactly its replicas, all Ready."""
     await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), ns)
     await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 30), ns)
     members = {
@@ -318,8 +320,9 @@ async def _hundred_on_thirty(
     if every_member_adopted:
         assert not free, f"only {len(members & adopted)} of the 30 pool sandboxes adopted"
     else:
-        still_members = {s["metadata"]["name"] for s in final}
-        assert free <= still_members, f"pool sandboxes lost: {sorted(free - still_members)}"
+        assert len(final) == 30  # converged: exactly replicas, all Ready (wait_ready_pool)
+        trimmed = free - {s["metadata"]["name"] for s in final}
+        print(f"\nsplit brain: {len(free)} members never adopted, {len(trimmed)} of them trimmed")
     warm = set(served.values()) & (adopted - {f"c-{i:03d}" for i in range(100)})
     print(
         f"\n100 claims Ready in {took:.1f}s; {len(members & adopted)}/30 pool sandboxes adopted;"
