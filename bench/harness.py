@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentsandbox.api.resources import SANDBOX_TEMPLATES
+from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from agentsandbox.devcluster import DevCluster
 from agentsandbox.devcluster.cluster import free_port
 from agentsandbox.kube.client import Client
@@ -109,6 +109,40 @@ def warm_pool(name: str, tpl: str, replicas: int) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": tpl}},
     }
+
+
+def warm_claim(name: str, pool: str) -> dict[str, Any]:
+    """A v1beta1 SandboxClaim for a warm sandbox of ``pool`` (what the 1.0.x client sends)."""
+    return {
+        "apiVersion": SANDBOX_CLAIMS.api_version,
+        "kind": "SandboxClaim",
+        "metadata": {"name": name},
+        "spec": {"warmPoolRef": {"name": pool}},
+    }
+
+
+async def wait_pool_status(client: Client, ns: str, pool: str, n: int, limit: float) -> None:
+    """Until the pool's own status says ``n`` replicas, ``n`` Ready."""
+    deadline = time.monotonic() + limit
+    while True:
+        st = (await client.get(SANDBOX_WARM_POOLS, pool, ns)).get("status") or {}
+        if st.get("readyReplicas") == n and st.get("replicas") == n:
+            return
+        if time.monotonic() > deadline:
+            raise BenchError(f"pool {ns}/{pool} status never showed {n} Ready: {st}")
+        await asyncio.sleep(0.1)
+
+
+async def until(changed: asyncio.Event, cond: Any, limit: float, what: str) -> None:
+    """Until ``cond()`` holds, looking again whenever ``changed`` is set (at least every 0.5 s)."""
+    deadline = time.monotonic() + limit
+    while not cond():
+        changed.clear()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BenchError(f"{what} not reached within {limit:.0f} s")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), min(left, 0.5))
 
 
 # --------------------------------------------------------------------------- processes

@@ -22,10 +22,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import GATE_FLAGS, ROOT, Bench, BenchError, summary_ms, template, warm_pool
+from harness import (
+    GATE_FLAGS,
+    ROOT,
+    Bench,
+    BenchError,
+    summary_ms,
+    template,
+    wait_pool_status,
+    warm_claim,
+    warm_pool,
+)
 
 from agentsandbox.api.conditions import is_condition_true, is_sandbox_ready
-from agentsandbox.api.kinds import SANDBOX_CLAIM
 from agentsandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
@@ -58,15 +67,6 @@ SMOKE: dict[str, Any] = {
     "crosscheck": 3,
     "cap_seconds": 300,
 }
-
-
-def claim_obj(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": SANDBOX_CLAIM.api_version,
-        "kind": "SandboxClaim",
-        "metadata": {"name": name},
-        "spec": {"warmPoolRef": {"name": POOL}},
-    }
 
 
 class Watches:
@@ -153,17 +153,6 @@ class Watches:
             await inf.stop()
 
 
-async def wait_pool_status(client: Client, ns: str, n: int, limit: float) -> None:
-    deadline = time.monotonic() + limit
-    while True:
-        st = (await client.get(SANDBOX_WARM_POOLS, POOL, ns)).get("status") or {}
-        if st.get("readyReplicas") == n and st.get("replicas") == n:
-            return
-        if time.monotonic() > deadline:
-            raise BenchError(f"pool status never showed {n} Ready: {st}")
-        await asyncio.sleep(0.1)
-
-
 async def step(
     b: Bench, rate: float, claims: int, pool: int, limit: float = 300.0
 ) -> dict[str, Any]:
@@ -175,7 +164,7 @@ async def step(
             t_fill = time.monotonic()
             await client.create(SANDBOX_WARM_POOLS, warm_pool(POOL, "tpl", pool), ns)
             await w.wait_full(pool, limit)
-            await wait_pool_status(client, ns, pool, limit)
+            await wait_pool_status(client, ns, POOL, pool, limit)
             fill_s = time.monotonic() - t_fill
             await asyncio.sleep(1.0)  # the fill's last writes settle
             names = [f"c-{i:04d}" for i in range(claims)]
@@ -188,7 +177,7 @@ async def step(
             async def send(name: str) -> None:
                 sent[name] = time.monotonic()
                 try:
-                    await client.create(SANDBOX_CLAIMS, claim_obj(name), ns)
+                    await client.create(SANDBOX_CLAIMS, warm_claim(name, POOL), ns)
                 except Exception as err:  # counted and reported
                     errors[name] = repr(err)
 
@@ -255,7 +244,7 @@ async def crosscheck(b: Bench, count: int) -> dict[str, Any]:
         async with StandinRuntime() as standin, Watches(client, ns) as w:
             await client.create(SANDBOX_WARM_POOLS, warm_pool(POOL, "tpl", count + 5), ns)
             await w.wait_full(count + 5, 120)
-            await wait_pool_status(client, ns, count + 5, 120)
+            await wait_pool_status(client, ns, POOL, count + 5, 120)
             proc = await asyncio.create_subprocess_exec(
                 str(SDK_PYTHON),
                 str(Path(__file__).with_name("sdk_latency.py")),
@@ -278,7 +267,7 @@ async def crosscheck(b: Bench, count: int) -> dict[str, Any]:
                 name = f"x-{i:03d}"
                 w.expect({name})
                 t = time.monotonic()
-                await client.create(SANDBOX_CLAIMS, claim_obj(name), ns)
+                await client.create(SANDBOX_CLAIMS, warm_claim(name, POOL), ns)
                 await asyncio.wait_for(w.all_ready.wait(), 60)
                 ours.append(round((w.ready_at[name] - t) * 1000, 1))
                 await client.delete(SANDBOX_CLAIMS, name, ns)

@@ -26,10 +26,9 @@ from typing import Any
 
 import yaml
 from ceiling import ReadyCounter, controller_cpu
-from harness import ROOT, Bench, BenchError, machine_cpu_seconds, template, warm_pool
+from harness import ROOT, Bench, BenchError, machine_cpu_seconds, template, warm_claim, warm_pool
 
 from agentsandbox.api.conditions import is_condition_true
-from agentsandbox.api.kinds import SANDBOX_CLAIM
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from agentsandbox.controllers.claim_plan import pool_owner
 from agentsandbox.kube.informer import Informer
@@ -55,15 +54,6 @@ def deployment_flags(path: Path = DEPLOYMENT) -> tuple[list[str], list[str]]:
         dropped = [a for a in args if a.split("=", 1)[0] in IN_CLUSTER]
         return [a for a in args if a not in dropped], dropped
     raise BenchError(f"no Deployment in {path}")
-
-
-def claim(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": SANDBOX_CLAIM.api_version,
-        "kind": "SandboxClaim",
-        "metadata": {"name": name},
-        "spec": {"warmPoolRef": {"name": POOL}},
-    }
 
 
 class ClaimWatch:
@@ -141,7 +131,7 @@ async def run(b: Bench, size: dict[str, Any], shared: dict[str, Any]) -> dict[st
 
                     async def send(name: str) -> None:
                         try:
-                            await b.api.create(SANDBOX_CLAIMS, claim(name), ns)
+                            await b.api.create(SANDBOX_CLAIMS, warm_claim(name, POOL), ns)
                         except Exception as err:  # counted, reported
                             errors.append(repr(err))
 

@@ -25,18 +25,25 @@ claim path's writes to ``sandboxes`` and ``sandboxclaims`` (any subresource) per
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness import Bench, BenchError, count_by, template, warm_pool
+from harness import (
+    Bench,
+    BenchError,
+    count_by,
+    template,
+    until,
+    wait_pool_status,
+    warm_claim,
+    warm_pool,
+)
 
 from agentsandbox.api import keys
 from agentsandbox.api.conditions import is_condition_true, is_sandbox_ready
-from agentsandbox.api.kinds import SANDBOX_CLAIM
 from agentsandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
@@ -62,15 +69,6 @@ WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollectio
 CLAIM_RESOURCES = ("sandboxes", "sandboxclaims")
 OBJECT_RESOURCES = ("sandboxes", "pods", "services")
 GOAL = 3.0
-
-
-def claim(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": SANDBOX_CLAIM.api_version,
-        "kind": "SandboxClaim",
-        "metadata": {"name": name},
-        "spec": {"warmPoolRef": {"name": POOL}},
-    }
 
 
 class Watch:
@@ -128,14 +126,7 @@ class Watch:
         self.changed.set()
 
     async def until(self, cond: Any, limit: float, what: str) -> None:
-        deadline = time.monotonic() + limit
-        while not cond():
-            self.changed.clear()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BenchError(f"P6: {what} not reached within {limit:.0f} s")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), min(left, 0.5))
+        await until(self.changed, cond, limit, f"P6: {what}")
 
     async def __aenter__(self) -> Watch:
         for inf in (self.sandboxes, self.claims):
@@ -146,17 +137,6 @@ class Watch:
     async def __aexit__(self, *exc: object) -> None:
         for inf in (self.sandboxes, self.claims):
             await inf.stop()
-
-
-async def pool_status_ready(api: Client, ns: str, want: int, limit: float) -> None:
-    deadline = time.monotonic() + limit
-    while True:
-        st = (await api.get(SANDBOX_WARM_POOLS, POOL, ns)).get("status") or {}
-        if st.get("readyReplicas") == want:
-            return
-        if time.monotonic() > deadline:
-            raise BenchError(f"P6: pool status never showed {want} Ready: {st}")
-        await asyncio.sleep(0.1)
 
 
 def _wall(stamp: str) -> float:
@@ -207,7 +187,7 @@ async def run(b: Bench, size: dict[str, Any], shared: dict[str, Any]) -> dict[st
                 t_fill = time.monotonic()
                 await b.api.create(SANDBOX_WARM_POOLS, warm_pool(POOL, TEMPLATE, pool), ns)
                 await w.until(lambda: len(w.pool_ready) >= pool, limit, f"pool of {pool} Ready")
-                await pool_status_ready(b.api, ns, pool, limit)
+                await wait_pool_status(b.api, ns, POOL, pool, limit)
                 fill_s = time.monotonic() - t_fill
                 await asyncio.sleep(1.0)  # a quiet second before the window opens
                 start = b.audit_offset()
@@ -218,7 +198,7 @@ async def run(b: Bench, size: dict[str, Any], shared: dict[str, Any]) -> dict[st
 
                 async def send(name: str) -> None:
                     try:
-                        await loadgen.create(SANDBOX_CLAIMS, claim(name), ns)
+                        await loadgen.create(SANDBOX_CLAIMS, warm_claim(name, POOL), ns)
                     except Exception as err:  # counted, reported
                         errors.append(f"{name}: {err!r}")
 
@@ -235,7 +215,7 @@ async def run(b: Bench, size: dict[str, Any], shared: dict[str, Any]) -> dict[st
                 await w.until(lambda: len(w.ready_at) == n, limit, f"{n} claims Ready")
                 claims_ready_s = time.monotonic() - t0
                 await w.until(lambda: len(w.pool_ready) >= pool, limit, "pool refilled")
-                await pool_status_ready(b.api, ns, pool, limit)
+                await wait_pool_status(b.api, ns, POOL, pool, limit)
                 await w.until(
                     lambda: w.annotated >= w.wanted, limit, "claims' first-Ready annotations"
                 )

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import Bench, BenchError, percentile, template, warm_pool
+from harness import Bench, BenchError, percentile, template, until, warm_pool
 
 from agentsandbox.api.conditions import is_sandbox_ready
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
@@ -173,14 +173,7 @@ class Pools:
         return True
 
     async def until(self, cond: Any, limit: float, what: str) -> None:
-        deadline = time.monotonic() + limit
-        while not cond():
-            self.changed.clear()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BenchError(f"P7: {what} not reached within {limit:.0f} s")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), min(left, 0.5))
+        await until(self.changed, cond, limit, f"P7: {what}")
 
     async def __aenter__(self) -> Pools:
         self.ns = self.sandboxes.namespace
