@@ -279,6 +279,24 @@ async def test_a_pass_before_the_pod_cache_shows_our_new_pod_does_not_create_it_
     assert result is not None and 0 < result.requeue_after <= 10.0
 
 
+async def test_a_pod_we_delete_is_no_longer_stood_in_for() -> None:
+    """Created, then suspended before the cache ever showed the pod: one DELETE, and the next
+    pass neither deletes nor creates it again (the memory went with the delete)."""
+    sb = sandbox()
+    r = rig(sb)
+    await r.run()
+    sb["spec"]["replicas"] = 0  # the cached object, as a watch event would replace it
+    sb["spec"].pop("operatingMode", None)
+    before = len(r.client.calls)
+    await r.run()
+    assert [c.key for c in r.client.calls[before:] if c.verb == "delete"] == [
+        ("delete", POD, "my-sandbox")
+    ]
+    before = len(r.client.calls)
+    await r.run()
+    assert [c.key for c in r.client.calls[before:] if c.verb in ("delete", "create")] == []
+
+
 async def test_deletes_carry_the_uid_precondition() -> None:
     sb = sandbox(replicas=0, service=False)
     r = rig(sb, running_pod(), service=service_obj())

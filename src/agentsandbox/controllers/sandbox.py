@@ -344,6 +344,8 @@ class SandboxReconciler:
                 patched = await self.client.patch(resource, step.name, step.body, namespace)
                 return planned, patched, None
             if step.action is Action.DELETE:
+                if resource is PODS:  # gone as far as we know: never stand in for it again
+                    self._created_pods.pop((namespace, step.name), None)
                 with contextlib.suppress(NotFound):
                     await self.client.delete(resource, step.name, namespace, uid=step.uid)
                 return planned, None, None
