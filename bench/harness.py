@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentsandbox.api.conditions import is_condition_true
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from agentsandbox.devcluster import DevCluster
 from agentsandbox.devcluster.cluster import free_port
@@ -119,6 +120,13 @@ def warm_claim(name: str, pool: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"warmPoolRef": {"name": pool}},
     }
+
+
+def ready_sandbox(claim: dict[str, Any]) -> str | None:
+    """The claim's ``status.sandbox.name`` once it is Ready=True with one, else None."""
+    status = claim.get("status") or {}
+    sandbox = (status.get("sandbox") or {}).get("name")
+    return sandbox if sandbox and is_condition_true(status.get("conditions"), "Ready") else None
 
 
 async def wait_pool_status(client: Client, ns: str, pool: str, n: int, limit: float) -> None:

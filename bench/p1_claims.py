@@ -27,6 +27,7 @@ from harness import (
     ROOT,
     Bench,
     BenchError,
+    ready_sandbox,
     summary_ms,
     template,
     wait_pool_status,
@@ -34,7 +35,7 @@ from harness import (
     warm_pool,
 )
 
-from agentsandbox.api.conditions import is_condition_true, is_sandbox_ready
+from agentsandbox.api.conditions import is_sandbox_ready
 from agentsandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
@@ -116,10 +117,8 @@ class Watches:
     def _claim(self, *objs: dict[str, Any]) -> None:
         obj = objs[-1]
         name = obj["metadata"]["name"]
-        status = obj.get("status") or {}
-        sandbox = (status.get("sandbox") or {}).get("name")
-        ready = is_condition_true(status.get("conditions"), "Ready")
-        if ready and sandbox and name in self.pending:
+        sandbox = ready_sandbox(obj)
+        if sandbox and name in self.pending:
             self.ready_at[name] = time.monotonic()
             self.sandbox_of[name] = sandbox
             self.pending.discard(name)

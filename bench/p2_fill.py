@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ceiling import CONCURRENCIES, ReadyCounter, ceiling, controller_cpu
-from harness import Bench, BenchError, machine_cpu_seconds, template, warm_pool
+from harness import Bench, machine_cpu_seconds, template, wait_pool_status, warm_pool
 
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from agentsandbox.controllers.claim_plan import pool_owner
@@ -40,14 +40,7 @@ async def pool_fill(b: Bench, n: int, limit: float) -> dict[str, Any]:
             await b.api.create(SANDBOX_WARM_POOLS, warm_pool(POOL, "tpl", n), ns)
             seconds = await counter.wait(n, limit)
             cpu1, mach1 = controller_cpu(b), machine_cpu_seconds()
-            deadline = time.monotonic() + limit
-            while True:  # the pool's own status must agree
-                st = (await b.api.get(SANDBOX_WARM_POOLS, POOL, ns)).get("status") or {}
-                if st.get("readyReplicas") == n:
-                    break
-                if time.monotonic() > deadline:
-                    raise BenchError(f"pool status never showed {n} Ready: {st}")
-                await asyncio.sleep(0.1)
+            await wait_pool_status(b.api, ns, POOL, n, limit)  # the pool's own status agrees
             status_s = time.monotonic() - counter.t0
             await asyncio.sleep(2.0)  # late extra creates would show up here
             creates = counter.created

@@ -26,9 +26,18 @@ from typing import Any
 
 import yaml
 from ceiling import ReadyCounter, controller_cpu
-from harness import ROOT, Bench, BenchError, machine_cpu_seconds, template, warm_claim, warm_pool
+from harness import (
+    ROOT,
+    Bench,
+    BenchError,
+    machine_cpu_seconds,
+    ready_sandbox,
+    template,
+    wait_pool_status,
+    warm_claim,
+    warm_pool,
+)
 
-from agentsandbox.api.conditions import is_condition_true
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from agentsandbox.controllers.claim_plan import pool_owner
 from agentsandbox.kube.informer import Informer
@@ -70,10 +79,8 @@ class ClaimWatch:
     def _claim(self, *objs: dict[str, Any]) -> None:
         obj = objs[-1]
         name = obj["metadata"]["name"]
-        status = obj.get("status") or {}
-        sandbox = (status.get("sandbox") or {}).get("name")
-        ready = is_condition_true(status.get("conditions"), "Ready")
-        if ready and sandbox and name in self.wanted and name not in self.ready_at:
+        sandbox = ready_sandbox(obj)
+        if sandbox and name in self.wanted and name not in self.ready_at:
             self.ready_at[name] = time.monotonic()
             self.sandbox_of[name] = sandbox
             if len(self.ready_at) == len(self.wanted):
@@ -113,14 +120,8 @@ async def run(b: Bench, size: dict[str, Any], shared: dict[str, Any]) -> dict[st
                     fill_s = await pool.wait(n, limit)
                     cpu1, mach1 = controller_cpu(b), machine_cpu_seconds()
                     fill_creates = pool.created
-                    deadline = time.monotonic() + limit
-                    while True:  # the pool's status agrees before the first claim
-                        st = (await b.api.get(SANDBOX_WARM_POOLS, POOL, ns)).get("status") or {}
-                        if st.get("readyReplicas") == n:
-                            break
-                        if time.monotonic() > deadline:
-                            raise BenchError(f"pool status never showed {n} Ready: {st}")
-                        await asyncio.sleep(0.1)
+                    # the pool's status agrees before the first claim
+                    await wait_pool_status(b.api, ns, POOL, n, limit)
                     await asyncio.sleep(2.0)  # the fill's last writes settle
                     rss_filled = proc.rss()
                     proc.check()
