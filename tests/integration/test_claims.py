@@ -14,9 +14,8 @@ import contextlib
 import dataclasses
 import os
 import signal
-import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +34,21 @@ from agentsandbox.controllers import sandbox as sandbox_controller
 from agentsandbox.controllers import warmpool
 from agentsandbox.controllers.warmpool_plan import Settings
 from agentsandbox.devcluster import DevCluster
-from agentsandbox.devcluster.cluster import free_port
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import PODS, SERVICES
 
+from .invariants import (
+    SandboxHistory,
+    check_invariants,
+    check_owned,
+    controller_process,
+    ready_reason,
+    wait_claims_ready,
+)
 from .runtime_helpers import running
-from .test_controller_process import EXE
 from .test_warmpool import (
     client,  # noqa: F401  (fixture)
     pool_obj,
@@ -78,37 +83,6 @@ async def controllers(client: Client, claim_workers: int = 16) -> AsyncIterator[
         yield mgr
 
 
-@contextlib.contextmanager
-def controller_process(
-    cluster: DevCluster, log: Path, metrics_port: int | None = None
-) -> Iterator[subprocess.Popen[bytes]]:
-    """agent-sandbox-controller in its own process, leader election off (so two may race)."""
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [
-                str(EXE),
-                f"--kubeconfig={cluster.kubeconfig}",
-                "--extensions",
-                "--leader-elect=false",
-                "--metrics-bind-address=" + (f"127.0.0.1:{metrics_port}" if metrics_port else "0"),
-                f"--health-probe-bind-address=127.0.0.1:{free_port()}",
-                "--kube-api-qps=1000",
-                "--kube-api-burst=2000",
-                "--sandbox-concurrent-workers=16",
-                "--sandbox-claim-concurrent-workers=16",
-                "--zap-log-level=info",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-
-
 def claim_obj(
     name: str, pool: str | None = None, template: str | None = None, **spec: Any
 ) -> dict[str, Any]:
@@ -123,66 +97,6 @@ def claim_obj(
         "metadata": {"name": name},
         "spec": body,
     }
-
-
-def ready_reason(obj: dict[str, Any]) -> tuple[str | None, str | None]:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return cond.get("status"), cond.get("reason")
-    return None, None
-
-
-async def wait_claims_ready(
-    client: Client,  # noqa: F811
-    ns: str,
-    names: set[str],
-    within: float,
-) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + within
-    claims: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
-        claims = [
-            c
-            for c in (await client.list(SANDBOX_CLAIMS, ns)).items
-            if c["metadata"]["name"] in names
-        ]
-        if len(claims) == len(names) and all(
-            ready_reason(c)[0] == "True" and (c.get("status") or {}).get("sandbox", {}).get("name")
-            for c in claims
-        ):
-            return claims
-        await asyncio.sleep(0.2)
-    not_ready = [
-        (c["metadata"]["name"], ready_reason(c)) for c in claims if ready_reason(c)[0] != "True"
-    ]
-    raise AssertionError(f"{len(not_ready)} claims not Ready within {within}s: {not_ready[:5]}")
-
-
-async def check_invariants(client: Client, ns: str, claims: list[dict[str, Any]]) -> dict[str, str]:  # noqa: F811
-    """Every claim controls exactly one live sandbox, the one its status names; returns
-    claim -> sandbox."""
-    sandboxes = [
-        s
-        for s in (await client.list(SANDBOXES, ns)).items
-        if not s["metadata"].get("deletionTimestamp")
-    ]
-    by_claim: dict[str, list[str]] = {}
-    for sb in sandboxes:
-        refs = [
-            r
-            for r in sb["metadata"].get("ownerReferences") or []
-            if r.get("kind") == "SandboxClaim"
-        ]
-        assert len(refs) <= 1, f"{sb['metadata']['name']} has {len(refs)} claim owners"
-        for ref in refs:
-            by_claim.setdefault(ref["uid"], []).append(sb["metadata"]["name"])
-    out = {}
-    for c in claims:
-        owned = by_claim.get(c["metadata"]["uid"], [])
-        assert owned == [c["status"]["sandbox"]["name"]], (c["metadata"]["name"], owned)
-        out[c["metadata"]["name"]] = owned[0]
-    assert len(set(out.values())) == len(out), "one sandbox serves two claims"
-    return out
 
 
 # ------------------------------------------------------------------------------------ warm path
@@ -278,31 +192,21 @@ async def _hundred_on_thirty(
     ns: str,
     during: Any = None,
     every_member_adopted: bool = True,
+    after_ready: Any = None,
 ) -> None:
     """``every_member_adopted=False`` (two processes, leader election off): each process may
     adopt a different sandbox for the same claim and one is then deleted as the extra, and both
     pool controllers create replacements, so the pool over-creates for a moment and is trimmed
     back. A member can then be left free, or trimmed, while every claim is served. What split
-    brain must keep (issue 13): one sandbox per claim, one claim per sandbox, every claim Ready
-    (check_invariants) and the pool back at exactly its replicas, all Ready."""
+    brain must keep (issue 13): one sandbox per claim, one claim per sandbox at any time seen,
+    every claim Ready (check_invariants) and the pool back at exactly its replicas, all Ready,
+    within 60 s of ``after_ready`` (which stops the second process)."""
     await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), ns)
     await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 30), ns)
     members = {
         s["metadata"]["name"] for s in await wait_ready_pool(client, ns, "pool", 30, within=90)
     }
-    adopted: set[str] = set()  # sandboxes that ever had a claim as controller
-
-    def on_change(*objs: dict[str, Any]) -> None:
-        sb = objs[-1]
-        for ref in sb["metadata"].get("ownerReferences") or []:
-            if ref.get("kind") == "SandboxClaim" and ref.get("controller"):
-                adopted.add(sb["metadata"]["name"])
-
-    watcher = Informer(client, SANDBOXES, ns)
-    watcher.add_handler(on_change, on_change)
-    watcher.start()
-    try:
-        await asyncio.wait_for(watcher.wait_synced(), 10)
+    async with SandboxHistory(client, ns) as history:
         names = {f"c-{i:03d}" for i in range(100)}
         t0 = time.monotonic()
         await asyncio.gather(
@@ -313,9 +217,12 @@ async def _hundred_on_thirty(
         claims = await wait_claims_ready(client, ns, names, 60)
         took = time.monotonic() - t0
         served = await check_invariants(client, ns, claims)
+        if after_ready is not None:
+            await after_ready()
         final = await wait_ready_pool(client, ns, "pool", 30, within=60)
-    finally:
-        await watcher.stop()
+        await check_owned(client, ns)
+    history.check()  # no sandbox ever had two claim owners, not even for a moment
+    adopted = history.adopted()
     free = members - adopted
     if every_member_adopted:
         assert not free, f"only {len(members & adopted)} of the 30 pool sandboxes adopted"
@@ -326,7 +233,7 @@ async def _hundred_on_thirty(
     warm = set(served.values()) & (adopted - {f"c-{i:03d}" for i in range(100)})
     print(
         f"\n100 claims Ready in {took:.1f}s; {len(members & adopted)}/30 pool sandboxes adopted;"
-        f" {len(warm)} claims end on a warm sandbox"
+        f" {len(warm)} claims end on a warm sandbox; {history.extra(100, 0) - 30} over-created"
     )
 
 
@@ -345,13 +252,22 @@ async def test_100_claims_with_two_controller_processes_racing(
     cluster: DevCluster,
     tmp_path: Path,
 ) -> None:
-    """Over 30 s (as above). Leader election off: both processes adopt and create at once; the
-    preconditions must keep one sandbox per claim and one claim per sandbox."""
+    """Over 30 s (as above). Split brain: leader election off, both processes adopt and create
+    at once; the preconditions must keep one sandbox per claim and one claim per sandbox. Once
+    every claim is Ready the second process stops and the pool must be exactly at replicas
+    within 60 s."""
     with (
         controller_process(cluster, tmp_path / "a.log"),
-        controller_process(cluster, tmp_path / "b.log"),
+        controller_process(cluster, tmp_path / "b.log") as second,
     ):
-        await _hundred_on_thirty(client, namespace, every_member_adopted=False)
+
+        async def stop_second() -> None:
+            os.kill(second.pid, signal.SIGKILL)
+            second.wait(10)
+
+        await _hundred_on_thirty(
+            client, namespace, every_member_adopted=False, after_ready=stop_second
+        )
 
 
 async def test_100_claims_survive_a_kill_9_mid_burst_and_a_restart(
