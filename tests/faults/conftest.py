@@ -1,0 +1,59 @@
+"""The fault suite (``make test-faults``): every test here is marked ``faults``.
+
+Tests that need no control plane of their own use the session cluster of tests/integration
+(same fixtures); the API-fault tests restart kube-apiserver, so they get a private control plane
+per module (``private_cluster``), with the audit log on.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from agentsandbox.devcluster import BinariesError, ClusterStartError, DevCluster
+from agentsandbox.kube.client import Client
+from agentsandbox.kube.config import load_kubeconfig
+from tests.integration.conftest import _crd_paths, cluster, kubeconfig, namespace
+
+__all__ = ["cluster", "kubeconfig", "namespace"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/faults" in str(item.fspath):
+            item.add_marker(pytest.mark.faults)
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture
+async def client(kubeconfig: str) -> AsyncIterator[Client]:
+    c = Client(await load_kubeconfig(kubeconfig), qps=0, pool_size=100)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+@pytest.fixture(scope="module")
+def private_cluster() -> Iterator[DevCluster]:
+    """A control plane of this module's own (4 kwok nodes), so kube-apiserver may be killed."""
+    workdir = Path(tempfile.mkdtemp(prefix="agentsandbox-faults-"))
+    cl = DevCluster(workdir, nodes=4, crd_paths=_crd_paths(), audit=True)
+    try:
+        cl.start()
+    except (ClusterStartError, BinariesError) as err:
+        pytest.fail(f"could not start a private control plane: {err}", pytrace=False)
+    failed = False
+    try:
+        yield cl
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        cl.stop(keep_logs=True)
+        if not failed:
+            shutil.rmtree(workdir, ignore_errors=True)

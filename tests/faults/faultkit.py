@@ -1,0 +1,198 @@
+"""The fault injectors: restart kube-apiserver (keeping etcd), loopback proxies in front of the
+apiserver or etcd, a controller user that is not ``system:masters`` (so API priority and
+fairness applies to it), and the controller's own metrics."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from agentsandbox.devcluster import DevCluster, certs
+from agentsandbox.devcluster.cluster import Component
+
+HERE = Path(__file__).parent
+SHORT_LEASE = (sys.executable, str(HERE / "short_lease_controller.py"))
+
+
+# ------------------------------------------------------------------------------------ apiserver
+def restart_apiserver(
+    cluster: DevCluster,
+    *,
+    etcd_servers: str | None = None,
+    extra: Sequence[str] = (),
+    down: float = 0.0,
+    within: float = 90.0,
+) -> float:
+    """SIGKILL kube-apiserver (in-flight requests die, committed writes stay in etcd), wait
+    ``down`` seconds, start it again on the same port and certificates (``etcd_servers`` and
+    ``extra`` flags change its command line) and wait for /readyz; returns seconds it was down.
+    etcd and the other components keep running."""
+    comp = cluster.components["kube-apiserver"]
+    assert comp.proc is not None, "only a cluster this process started"
+    killed = time.monotonic()
+    os.kill(comp.proc.pid, signal.SIGKILL)
+    comp.proc.wait(10)
+    time.sleep(down)
+    argv = cluster._argv("kube-apiserver")
+    if etcd_servers is not None:
+        argv = [
+            f"--etcd-servers={etcd_servers}" if a.startswith("--etcd-servers=") else a for a in argv
+        ]
+    argv += list(extra)
+    new = Component("kube-apiserver", argv, comp.log, comp.health)
+    with comp.log.open("ab") as out:
+        out.write(f"\n--- restarted by a fault test: {' '.join(argv[1:])} ---\n".encode())
+        out.flush()
+        new.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cluster.workdir,
+            start_new_session=True,
+        )
+    cluster.components["kube-apiserver"] = new
+    deadline = time.monotonic() + within
+    while not new.health():
+        assert new.alive(), f"kube-apiserver exited after a restart; see {comp.log}"
+        assert time.monotonic() < deadline, f"kube-apiserver not ready within {within}s"
+        time.sleep(0.1)
+    return time.monotonic() - killed
+
+
+# ------------------------------------------------------------------------------------ proxies
+@dataclass
+class ProxyProcess:
+    popen: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def url_https(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def url_http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def pause(self) -> None:
+        """Cut every connection and refuse new ones until ``resume``."""
+        os.kill(self.popen.pid, signal.SIGUSR1)
+
+    def resume(self) -> None:
+        os.kill(self.popen.pid, signal.SIGUSR2)
+
+    def counters(self) -> dict[str, int]:
+        """accepted / resets / bytes, once the proxy has stopped."""
+        m = re.search(r"accepted=(\d+) resets=(\d+) bytes=(\d+)", self.log.read_text())
+        assert m, self.log.read_text()
+        return {"accepted": int(m[1]), "resets": int(m[2]), "bytes": int(m[3])}
+
+
+@contextlib.contextmanager
+def proxy(
+    target: str, workdir: Path, *, delay_ms: str = "0-0", reset_every: float = 0.0
+) -> Iterator[ProxyProcess]:
+    """tests/faults/proxy.py in its own process in front of ``target`` (host:port)."""
+    port_file = workdir / f"proxy-{time.monotonic_ns()}.port"
+    log = port_file.with_suffix(".log")
+    with log.open("wb") as out:
+        popen = subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "proxy.py"),
+                f"--target={target}",
+                f"--port-file={port_file}",
+                f"--delay-ms={delay_ms}",
+                f"--reset-every={reset_every}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 15
+        while not port_file.exists():
+            assert popen.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "proxy did not start"
+            time.sleep(0.02)
+        yield ProxyProcess(popen, int(port_file.read_text()), log)
+    finally:
+        if popen.poll() is None:
+            popen.send_signal(signal.SIGTERM)
+            try:
+                popen.wait(10)
+            except subprocess.TimeoutExpired:
+                popen.kill()
+                popen.wait(5)
+
+
+def kubeconfig_via(
+    cluster: DevCluster, server: str, into: Path, *, user: str | None = None
+) -> Path:
+    """A copy of the cluster's kubeconfig whose server is ``server`` (a proxy; the serving
+    certificate names 127.0.0.1, so TLS still verifies) and, with ``user``, whose client
+    certificate is a fresh one for that user with no groups (see ``grant_cluster_admin``)."""
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["server"] = server
+    if user is not None:
+        ca = certs.KeyPair((cluster.pki / "ca.crt").read_bytes(), b"")
+        key = serialization.load_pem_private_key((cluster.pki / "ca.key").read_bytes(), None)
+        assert isinstance(key, ec.EllipticCurvePrivateKey)
+        pair = certs.issue(ca, key, user)
+
+        config["users"][0]["user"] = {
+            "client-certificate-data": base64.b64encode(pair.cert_pem).decode(),
+            "client-key-data": base64.b64encode(pair.key_pem).decode(),
+        }
+    path = into / f"kubeconfig-{time.monotonic_ns()}"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
+    return path
+
+
+def grant_cluster_admin(cluster: DevCluster, user: str) -> None:
+    cluster.api(
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "metadata": {"name": f"faults-{user}"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        },
+    )
+
+
+# ------------------------------------------------------------------------------------ metrics
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:  # loopback
+        return str(resp.read().decode())
+
+
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """The sum of every sample of ``name`` whose labels include ``labels``."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        head, _, value = line.rpartition(" ")
+        if all(f'{k}="{v}"' in head for k, v in labels.items()):
+            total += float(value)
+    return total
