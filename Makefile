@@ -43,6 +43,7 @@ sdk-venvs: $(SDK_STAMPS)
 
 controlplane:
 	@$(CONTROLPLANE) >/dev/null
+	@hack/controlplane/build-helm.sh >/dev/null
 
 cluster: venv controlplane
 	$(PY) -m agentsandbox.cli.devcluster up
