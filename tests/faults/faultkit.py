@@ -186,11 +186,11 @@ def scrape(port: int) -> str:
         return str(resp.read().decode())
 
 
-def metric_sum(text: str, name: str, **labels: str) -> float:
-    """The sum of every sample of ``name`` whose labels include ``labels``."""
+def metric_sum(text: str, metric: str, **labels: str) -> float:
+    """The sum of every sample of ``metric`` whose labels include ``labels``."""
     total = 0.0
     for line in text.splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
+        if not line.startswith(metric + "{") and not line.startswith(metric + " "):
             continue
         head, _, value = line.rpartition(" ")
         if all(f'{k}="{v}"' in head for k, v in labels.items()):
