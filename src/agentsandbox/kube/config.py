@@ -16,11 +16,16 @@ import os
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kubernetes_asyncio import config as ka_config
-from kubernetes_asyncio.client import Configuration
-from kubernetes_asyncio.config.incluster_config import (
+from agentsandbox.kube._kaconfig import load_config_modules
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio import config as ka_config
+    from kubernetes_asyncio.client import Configuration
+else:  # the loaders without the generated API client (see _kaconfig)
+    ka_config, Configuration = load_config_modules()
+from kubernetes_asyncio.config.incluster_config import (  # after the light import above
     SERVICE_CERT_FILENAME,
     SERVICE_HOST_ENV_NAME,
     SERVICE_PORT_ENV_NAME,
