@@ -51,63 +51,57 @@ async def test_two_replicas_one_acts_and_the_standby_finishes_after_a_kill_9(
     flags = ("--leader-elect=true", f"--leader-election-namespace={namespace}")
     ports = {"a": free_port(), "b": free_port()}
     names = {f"c-{i:02d}" for i in range(50)}
-    old_env = dict(os.environ)
-    os.environ.update(env)  # inherited by the two processes
-    try:
-        with contextlib.ExitStack() as stack:
-            a = stack.enter_context(
-                controller_process(
-                    cluster, tmp_path / "a.log", ports["a"], argv0=SHORT_LEASE, flags=flags
+    with contextlib.ExitStack() as stack:
+        a = stack.enter_context(
+            controller_process(
+                cluster, tmp_path / "a.log", ports["a"], argv0=SHORT_LEASE, flags=flags, env=env
+            )
+        )
+        deadline = time.monotonic() + 30
+        while not _leading(ports["a"]):
+            assert a.poll() is None, (tmp_path / "a.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "a never leads"
+            await asyncio.sleep(0.1)
+        stack.enter_context(
+            controller_process(
+                cluster, tmp_path / "b.log", ports["b"], argv0=SHORT_LEASE, flags=flags, env=env
+            )
+        )
+        await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
+        await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 20), namespace)
+        await check_converged(client, namespace, pools={"pool": 20})
+        # exactly one acts: the standby is up (its metrics answer) and has reconciled nothing
+        assert _reconciles(ports["a"]) > 0
+        assert _reconciles(ports["b"]) == 0 and not _leading(ports["b"])
+        holder = (await client.get(LEASES, LEADER_ELECTION_ID, namespace))["spec"]
+        async with SandboxHistory(client, namespace) as history:
+            await asyncio.gather(
+                *(
+                    client.create(SANDBOX_CLAIMS, claim_obj(n, pool="pool"), namespace)
+                    for n in names
                 )
             )
             deadline = time.monotonic() + 30
-            while not _leading(ports["a"]):
-                assert a.poll() is None, (tmp_path / "a.log").read_text()[-2000:]
-                assert time.monotonic() < deadline, "a never leads"
-                await asyncio.sleep(0.1)
-            stack.enter_context(
-                controller_process(
-                    cluster, tmp_path / "b.log", ports["b"], argv0=SHORT_LEASE, flags=flags
-                )
+            while True:
+                claims = (await client.list(SANDBOX_CLAIMS, namespace)).items
+                bound = sum(1 for c in claims if (c.get("status") or {}).get("sandbox"))
+                if bound >= 10:
+                    break
+                assert time.monotonic() < deadline, f"only {bound} bound"
+                await asyncio.sleep(0.02)
+            assert _reconciles(ports["b"]) == 0, "the standby acted while a led"
+            os.kill(a.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            a.wait(10)
+            while not _leading(ports["b"]):
+                assert time.monotonic() - killed < 3 * LEASE, "b never took over"
+                await asyncio.sleep(0.05)
+            took = time.monotonic() - killed
+            served = await check_converged(
+                client, namespace, pools={"pool": 20}, claims=names, history=history
             )
-            await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
-            await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 20), namespace)
-            await check_converged(client, namespace, pools={"pool": 20})
-            # exactly one acts: the standby is up (its metrics answer) and has reconciled nothing
-            assert _reconciles(ports["a"]) > 0
-            assert _reconciles(ports["b"]) == 0 and not _leading(ports["b"])
-            holder = (await client.get(LEASES, LEADER_ELECTION_ID, namespace))["spec"]
-            async with SandboxHistory(client, namespace) as history:
-                await asyncio.gather(
-                    *(
-                        client.create(SANDBOX_CLAIMS, claim_obj(n, pool="pool"), namespace)
-                        for n in names
-                    )
-                )
-                deadline = time.monotonic() + 30
-                while True:
-                    claims = (await client.list(SANDBOX_CLAIMS, namespace)).items
-                    bound = sum(1 for c in claims if (c.get("status") or {}).get("sandbox"))
-                    if bound >= 10:
-                        break
-                    assert time.monotonic() < deadline, f"only {bound} bound"
-                    await asyncio.sleep(0.02)
-                assert _reconciles(ports["b"]) == 0, "the standby acted while a led"
-                os.kill(a.pid, signal.SIGKILL)
-                killed = time.monotonic()
-                a.wait(10)
-                while not _leading(ports["b"]):
-                    assert time.monotonic() - killed < 3 * LEASE, "b never took over"
-                    await asyncio.sleep(0.05)
-                took = time.monotonic() - killed
-                served = await check_converged(
-                    client, namespace, pools={"pool": 20}, claims=names, history=history
-                )
-                finished = time.monotonic() - killed
-            after = (await client.get(LEASES, LEADER_ELECTION_ID, namespace))["spec"]
-    finally:
-        os.environ.clear()
-        os.environ.update(old_env)
+            finished = time.monotonic() - killed
+        after = (await client.get(LEASES, LEADER_ELECTION_ID, namespace))["spec"]
     worst = LEASE + 2 * RETRY * JITTER_FACTOR
     print(
         f"\nleader killed with {bound}/50 bound; standby leads {took:.2f}s after the kill "

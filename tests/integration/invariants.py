@@ -58,12 +58,14 @@ def controller_process(
     kubeconfig: Path | str | None = None,
     argv0: Sequence[str] = (),
     flags: Sequence[str] = (),
+    env: dict[str, str] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """agent-sandbox-controller in its own process, leader election off (so two may race).
 
     ``kubeconfig`` (default the cluster's) may point at a proxy; ``argv0`` replaces the console
     script (e.g. ``python tests/faults/short_lease_controller.py``); ``flags`` come last (a later
-    flag wins, so ``--leader-elect=true`` turns election back on). Killed with SIGKILL at exit.
+    flag wins, so ``--leader-elect=true`` turns election back on); ``env`` is added to this
+    process's environment. Killed with SIGKILL at exit.
     """
     with log.open("ab") as out:
         proc = subprocess.Popen(
@@ -83,6 +85,7 @@ def controller_process(
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **env} if env else None,
         )
     try:
         yield proc
