@@ -466,16 +466,52 @@ def conditions() -> Schema:
 
 
 def _named_ref(field: str, target: str, description: str) -> Schema:
-    """``{name}`` pointing at an object of kind ``target`` in the same namespace."""
+    """``{name}`` pointing at an object of kind ``target`` in the same namespace.
+
+    Two rules on the reference turn mistakes that could never work into a clear message (issue
+    13, bad input): a name that no object can have (``Bad_Name``, 300 characters), and a
+    ``namespace`` key. Undeclared, that key would be pruned without a word under the API's
+    default field validation (``Warn``), and the object would then silently use a template or
+    pool of its own namespace; declared, every client gets the rule's message instead.
+    """
     name = string(
         "",
+        maxLength=253,
         **{
             "x-kubernetes-validations": [
                 rule("size(self) > 0", f"{field}.name must name a {target} in the same namespace")
             ]
         },
     )
-    return obj({"name": name}, description, required=["name"])
+    namespace = string(
+        "Not supported: the referenced object is always in this object's namespace.",
+        maxLength=253,
+    )
+    return obj(
+        {"name": name, "namespace": namespace},
+        description,
+        required=["name"],
+        rules=[
+            {
+                **rule(
+                    f"size(self.name) == 0 || self.name.matches('{DNS_SUBDOMAIN}')",
+                    f"{field}.name must be the name of a {target}: lower-case letters, digits, "
+                    "'-' and '.', starting and ending with a letter or a digit",
+                ),
+                "fieldPath": ".name",
+            },
+            {
+                **rule(
+                    "!has(self.namespace)",
+                    f"{field}.namespace is not supported: the {target} must be in the same "
+                    "namespace as this object; remove the key (and create this object in the "
+                    f"{target}'s namespace)",
+                ),
+                "fieldPath": ".namespace",
+                "reason": "FieldValueForbidden",
+            },
+        ],
+    )
 
 
 def template_ref() -> Schema:

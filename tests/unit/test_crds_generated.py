@@ -284,14 +284,17 @@ def test_validation_rules_where_expected() -> None:
     }
     assert set(_rules("sandboxclaims.extensions.agents.x-k8s.io")) == {
         ".spec",
+        ".spec.sandboxTemplateRef",  # name syntax, no namespace key (issue 13, bad input)
         ".spec.sandboxTemplateRef.name",
+        ".spec.warmPoolRef",
         ".spec.warmPoolRef.name",
         ".spec.warmpool",
         ".spec.env[]",
         ".spec.volumeClaimTemplates[]",
     }
     assert set(_rules("sandboxwarmpools.extensions.agents.x-k8s.io")) == {
-        ".spec.sandboxTemplateRef.name"
+        ".spec.sandboxTemplateRef",
+        ".spec.sandboxTemplateRef.name",
     }
 
 

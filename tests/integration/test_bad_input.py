@@ -1,0 +1,778 @@
+"""Bad input for every kind, against the real control plane (issue 13, item 5).
+
+Every case ends one of two ways, never in a crash, a hot loop or an unbounded burst:
+
+- **rejected** by the apiserver, with a message that says what is wrong (the schema's bounds,
+  enums and required fields, and our CEL rules, ``hack/gen_crds.py``): the test asserts on the
+  text a user sees;
+- **accepted, then reported**: a status condition on the object and a Kubernetes Event say why it
+  does not progress, after which the object is left alone (its resourceVersion stays put and the
+  controllers' reconcile counters barely move).
+
+And a pool of 10^6 replicas (``--sandbox-warm-pool-max-batch-size=300``, a small
+``--kube-api-qps``): creates per pass ≤ 300, creates/s within the QPS flag, progress in
+``status.replicas``, and deleting the pool stops the creates within 5 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentsandbox.api import keys
+from agentsandbox.api.hashing import name_hash
+from agentsandbox.api.kinds import SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
+from agentsandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
+from agentsandbox.controllers import claim as claim_controller
+from agentsandbox.controllers import sandbox as sandbox_controller
+from agentsandbox.controllers import template as template_controller
+from agentsandbox.controllers import warmpool
+from agentsandbox.controllers.warmpool_plan import Settings
+from agentsandbox.devcluster import DevCluster
+from agentsandbox.devcluster.cluster import free_port
+from agentsandbox.kube.client import Client
+from agentsandbox.kube.errors import ApiError, NotFound
+from agentsandbox.kube.informer import Informer
+from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.resources import EVENTS, NAMESPACES, Resource
+
+from .runtime_helpers import running, sample
+from .test_controller_process import EXE
+
+CONTROLLERS = ("sandbox", "sandboxwarmpool", "sandboxclaim", "sandboxtemplate")
+IMAGE = "example/python:1"
+
+
+# ------------------------------------------------------------------------------------ builders
+def template(name: str, *, container: str = "main", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": SANDBOX_TEMPLATE.api_version,
+        "kind": "SandboxTemplate",
+        "metadata": {"name": name},
+        "spec": {
+            "podTemplate": {"spec": {"containers": [{"name": container, "image": IMAGE}]}},
+            **spec,
+        },
+    }
+
+
+def pool(name: str, tpl: str = "tpl", replicas: Any = 1, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": SANDBOX_WARM_POOL.api_version,
+        "kind": "SandboxWarmPool",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": tpl}, **spec},
+    }
+
+
+def claim(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": SANDBOX_CLAIM.api_version,
+        "kind": "SandboxClaim",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def sandbox(name: str, *, container: str = "main", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": SANDBOX.api_version,
+        "kind": "Sandbox",
+        "metadata": {"name": name},
+        "spec": {
+            "podTemplate": {"spec": {"containers": [{"name": container, "image": IMAGE}]}},
+            **spec,
+        },
+    }
+
+
+def with_meta(body: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    return {**body, "metadata": {**body["metadata"], **meta}}
+
+
+def without_spec(body: dict[str, Any], *path: str) -> dict[str, Any]:
+    """``body`` without ``spec.<path...>`` (without ``spec`` when no path is given)."""
+    out = {k: v for k, v in body.items() if k != "spec"}
+    if not path:
+        return out
+    spec = dict(body["spec"])
+    node = spec
+    for part in path[:-1]:
+        node[part] = dict(node[part])
+        node = node[part]
+    node.pop(path[-1])
+    return {**out, "spec": spec}
+
+
+LONG_NAME = "n" * 254  # one over the apiserver's 253
+LONG_VALUE = "v" * 64  # one over a label value's 63
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejected:
+    resource: Resource
+    body: dict[str, Any]
+    message: tuple[str, ...]  # every fragment must be in the apiserver's message
+
+
+REJECTED: dict[str, Rejected] = {
+    # ---- Sandbox
+    "sandbox-negative-replicas": Rejected(
+        SANDBOXES,
+        sandbox("s", replicas=-1),
+        ("spec.replicas", "should be greater than or equal to 0"),
+    ),
+    "sandbox-replicas-over-one": Rejected(
+        SANDBOXES, sandbox("s", replicas=2), ("spec.replicas", "should be less than or equal to 1")
+    ),
+    "sandbox-unknown-operating-mode": Rejected(
+        SANDBOXES,
+        sandbox("s", operatingMode="Paused"),
+        ('spec.operatingMode: Unsupported value: "Paused"', '"Running"', '"Suspended"'),
+    ),
+    "sandbox-unknown-shutdown-policy": Rejected(
+        SANDBOXES,
+        sandbox("s", shutdownPolicy="Archive"),
+        ('spec.shutdownPolicy: Unsupported value: "Archive"', '"Delete"', '"Retain"'),
+    ),
+    "sandbox-missing-spec": Rejected(
+        SANDBOXES, without_spec(sandbox("s")), ("spec: Required value",)
+    ),
+    "sandbox-missing-pod-template": Rejected(
+        SANDBOXES, without_spec(sandbox("s"), "podTemplate"), ("spec.podTemplate: Required value",)
+    ),
+    "sandbox-no-containers": Rejected(
+        SANDBOXES,
+        sandbox("s", podTemplate={"spec": {"containers": []}}),
+        ("podTemplate.spec.containers must list at least one container",),
+    ),
+    "sandbox-container-without-image-name": Rejected(
+        SANDBOXES,
+        sandbox("s", podTemplate={"spec": {"containers": [{"image": IMAGE}]}}),
+        ("spec.podTemplate.spec.containers[0].name: Required value",),
+    ),
+    "sandbox-name-too-long": Rejected(
+        SANDBOXES, with_meta(sandbox("s"), name=LONG_NAME), ("must be no more than 253 characters",)
+    ),
+    "sandbox-label-value-too-long": Rejected(
+        SANDBOXES,
+        with_meta(sandbox("s"), labels={"team": LONG_VALUE}),
+        ("metadata.labels", "must be no more than 63 bytes"),
+    ),
+    # ---- SandboxTemplate
+    "template-missing-pod-template": Rejected(
+        SANDBOX_TEMPLATES,
+        without_spec(template("t"), "podTemplate"),
+        ("spec.podTemplate: Required value",),
+    ),
+    "template-missing-spec": Rejected(
+        SANDBOX_TEMPLATES, without_spec(template("t")), ("spec: Required value",)
+    ),
+    "template-no-containers": Rejected(
+        SANDBOX_TEMPLATES,
+        template("t", podTemplate={"spec": {"containers": []}}),
+        ("podTemplate.spec.containers must list at least one container",),
+    ),
+    "template-unknown-network-policy-management": Rejected(
+        SANDBOX_TEMPLATES,
+        template("t", networkPolicyManagement="Sometimes"),
+        ('spec.networkPolicyManagement: Unsupported value: "Sometimes"', '"Managed"'),
+    ),
+    "template-unknown-env-injection-policy": Rejected(
+        SANDBOX_TEMPLATES,
+        template("t", envVarsInjectionPolicy="Always"),
+        ('spec.envVarsInjectionPolicy: Unsupported value: "Always"', '"Allowed"'),
+    ),
+    "template-name-too-long": Rejected(
+        SANDBOX_TEMPLATES,
+        with_meta(template("t"), name=LONG_NAME),
+        ("must be no more than 253 characters",),
+    ),
+    "template-label-value-too-long": Rejected(
+        SANDBOX_TEMPLATES,
+        with_meta(template("t"), labels={"team": LONG_VALUE}),
+        ("must be no more than 63 bytes",),
+    ),
+    # ---- SandboxWarmPool
+    "pool-negative-replicas": Rejected(
+        SANDBOX_WARM_POOLS,
+        pool("p", replicas=-1),
+        ("spec.replicas", "should be greater than or equal to 0"),
+    ),
+    "pool-replicas-not-an-int32": Rejected(
+        SANDBOX_WARM_POOLS, pool("p", replicas=2**31), ("spec.replicas", "int32")
+    ),
+    "pool-replicas-a-string": Rejected(
+        SANDBOX_WARM_POOLS, pool("p", replicas="3"), ("spec.replicas", "must be of type integer")
+    ),
+    "pool-unknown-update-strategy": Rejected(
+        SANDBOX_WARM_POOLS,
+        pool("p", updateStrategy={"type": "Rolling"}),
+        ('spec.updateStrategy.type: Unsupported value: "Rolling"', '"Recreate"', '"OnReplenish"'),
+    ),
+    "pool-missing-spec": Rejected(
+        SANDBOX_WARM_POOLS, without_spec(pool("p")), ("spec: Required value",)
+    ),
+    "pool-missing-template-ref": Rejected(
+        SANDBOX_WARM_POOLS,
+        without_spec(pool("p"), "sandboxTemplateRef"),
+        ("spec.sandboxTemplateRef: Required value",),
+    ),
+    "pool-empty-template-name": Rejected(
+        SANDBOX_WARM_POOLS,
+        pool("p", tpl=""),
+        ("sandboxTemplateRef.name must name a SandboxTemplate in the same namespace",),
+    ),
+    "pool-template-name-no-object-can-have": Rejected(
+        SANDBOX_WARM_POOLS,
+        pool("p", tpl="Bad_Name"),
+        (
+            "spec.sandboxTemplateRef.name",
+            "sandboxTemplateRef.name must be the name of a SandboxTemplate",
+        ),
+    ),
+    "pool-template-name-too-long": Rejected(
+        SANDBOX_WARM_POOLS,
+        pool("p", tpl="t" * 254),
+        ("spec.sandboxTemplateRef.name: Too long: may not be more than 253",),
+    ),
+    "pool-template-ref-namespace": Rejected(
+        SANDBOX_WARM_POOLS,
+        pool("p", sandboxTemplateRef={"name": "tpl", "namespace": "elsewhere"}),
+        (
+            "spec.sandboxTemplateRef.namespace: Forbidden",
+            "the SandboxTemplate must be in the same namespace as this object",
+        ),
+    ),
+    "pool-name-too-long": Rejected(
+        SANDBOX_WARM_POOLS,
+        with_meta(pool("p"), name=LONG_NAME),
+        ("must be no more than 253 characters",),
+    ),
+    "pool-label-value-too-long": Rejected(
+        SANDBOX_WARM_POOLS,
+        with_meta(pool("p"), labels={"team": LONG_VALUE}),
+        ("must be no more than 63 bytes",),
+    ),
+    # ---- SandboxClaim (the union of both client generations: docs/api.md)
+    "claim-template-and-pool": Rejected(
+        SANDBOX_CLAIMS,
+        claim("c", sandboxTemplateRef={"name": "tpl"}, warmPoolRef={"name": "pool"}),
+        ("exactly one of spec.sandboxTemplateRef and spec.warmPoolRef must be set",),
+    ),
+    "claim-no-reference": Rejected(
+        SANDBOX_CLAIMS,
+        claim("c"),
+        ("exactly one of spec.sandboxTemplateRef and spec.warmPoolRef must be set",),
+    ),
+    "claim-missing-spec": Rejected(
+        SANDBOX_CLAIMS, without_spec(claim("c")), ("spec: Required value",)
+    ),
+    "claim-policy-with-pool-ref": Rejected(
+        SANDBOX_CLAIMS,
+        claim("c", warmPoolRef={"name": "pool"}, warmpool="none"),
+        ("spec.warmpool is only allowed with spec.sandboxTemplateRef",),
+    ),
+    "claim-unknown-warmpool-policy": Rejected(
+        SANDBOX_CLAIMS,
+        claim("c", sandboxTemplateRef={"name": "tpl"}, warmpool="Any_Pool"),
+        ('warmpool must be "none", "default" or the name of a SandboxWarmPool',),
+    ),
+    "claim-unknown-shutdown-policy": Rejected(
+        SANDBOX_CLAIMS,
+        claim("c", warmPoolRef={"name": "pool"}, lifecycle={"shutdownPolicy": "Archive"}),
+        ('spec.lifecycle.shutdownPolicy: Unsupported value: "Archive"', '"DeleteForeground"'),
+    ),
+    "claim-negative-ttl": Rejected(
+        SANDBOX_CLAIMS,
+        claim("c", warmPoolRef={"name": "pool"}, lifecycle={"ttlSecondsAfterFinished": -1}),
+        ("spec.lifecycle.ttlSecondsAfterFinished", "should be greater than or equal to 0"),
+    ),
+    "claim-env-without-value": Rejected(
+        SANDBOX_CLAIMS,
+        claim("c", warmPoolRef={"name": "pool"}, env=[{"name": "A"}]),
+        ("spec.env[0].value: Required value",),
+    ),
+    "claim-empty-pool-name": Rejected(
+        SANDBOX_CLAIMS,
+        claim("c", warmPoolRef={"name": ""}),
+        ("warmPoolRef.name must name a SandboxWarmPool in the same namespace",),
+    ),
+    "claim-pool-name-no-object-can-have": Rejected(
+        SANDBOX_CLAIMS,
+        claim("c", warmPoolRef={"name": "Pool!"}),
+        ("spec.warmPoolRef.name", "warmPoolRef.name must be the name of a SandboxWarmPool"),
+    ),
+    "claim-template-ref-namespace": Rejected(
+        SANDBOX_CLAIMS,
+        claim("c", sandboxTemplateRef={"name": "tpl", "namespace": "elsewhere"}),
+        ("spec.sandboxTemplateRef.namespace: Forbidden", "must be in the same namespace"),
+    ),
+    "claim-pool-ref-namespace": Rejected(
+        SANDBOX_CLAIMS,
+        claim("c", warmPoolRef={"name": "pool", "namespace": "elsewhere"}),
+        ("spec.warmPoolRef.namespace: Forbidden", "must be in the same namespace"),
+    ),
+    "claim-name-too-long": Rejected(
+        SANDBOX_CLAIMS,
+        with_meta(claim("c", warmPoolRef={"name": "pool"}), name=LONG_NAME),
+        ("must be no more than 253 characters",),
+    ),
+    "claim-label-value-too-long": Rejected(
+        SANDBOX_CLAIMS,
+        with_meta(claim("c", warmPoolRef={"name": "pool"}), labels={"team": LONG_VALUE}),
+        ("must be no more than 63 bytes",),
+    ),
+}
+
+
+# ------------------------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+async def client(cluster: DevCluster) -> AsyncIterator[Client]:
+    async with Client.from_kubeconfig(str(cluster.kubeconfig), qps=0) as c:
+        yield c
+
+
+@contextlib.asynccontextmanager
+async def fresh_namespace(client: Client) -> AsyncIterator[str]:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    await client.create(NAMESPACES, {"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(NotFound):
+            await client.delete(NAMESPACES, name)
+
+
+@pytest.fixture(scope="module")
+async def home(client: Client) -> AsyncIterator[str]:
+    async with fresh_namespace(client) as ns:
+        yield ns
+
+
+@pytest.fixture(scope="module")
+async def elsewhere(client: Client) -> AsyncIterator[str]:
+    async with fresh_namespace(client) as ns:
+        yield ns
+
+
+# ------------------------------------------------------------------------------------ rejected
+@pytest.mark.parametrize("case", list(REJECTED.values()), ids=list(REJECTED))
+async def test_rejected_by_the_apiserver_with_a_clear_message(
+    client: Client, home: str, case: Rejected
+) -> None:
+    with pytest.raises(ApiError) as caught:
+        await client.create(case.resource, case.body, home)
+    err = caught.value
+    assert err.status in (400, 422), (err.status, err.message)
+    for fragment in case.message:
+        assert fragment in err.message, f"{fragment!r} not in {err.message!r}"
+    # and nothing was stored
+    assert (await client.list(case.resource, home)).items == []
+
+
+# ------------------------------------------------------------------------------------ accepted
+GRACE = 3.0  # the pool's readiness grace period here: a sandbox that cannot start is held sooner
+
+
+@pytest.fixture(scope="class")
+async def manager(client: Client) -> AsyncIterator[Manager]:
+    mgr = Manager(client)
+    sandbox_controller.setup(mgr, 4, "cluster.local")
+    warmpool.setup(mgr, Settings(readiness_grace_period=GRACE), workers=2)
+    claim_controller.setup(mgr, workers=4)
+    template_controller.setup(mgr, workers=1)
+    async with running(mgr):
+        await asyncio.wait_for(mgr.wait_started(), 20)
+        await asyncio.wait_for(mgr.informers.wait_synced(), 20)
+        yield mgr
+
+
+def ready_of(obj: dict[str, Any]) -> dict[str, Any]:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return dict(cond)
+    return {}
+
+
+async def until(check: Callable[[], Awaitable[Any]], what: str, within: float = 20.0) -> Any:
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out after {within}s waiting for {what}; last: {last!r}")
+
+
+async def reported(
+    client: Client, resource: Resource, name: str, ns: str, reason: str, within: float = 20.0
+) -> dict[str, Any]:
+    """The object once its Ready condition is False with ``reason``."""
+
+    async def check() -> dict[str, Any] | None:
+        obj = await client.get(resource, name, ns)
+        cond = ready_of(obj)
+        return obj if cond.get("status") == "False" and cond.get("reason") == reason else None
+
+    return dict(await until(check, f"{resource.kind} {name}: Ready=False {reason}", within))
+
+
+async def event(
+    client: Client, name: str, ns: str, reason: str, within: float = 10.0
+) -> dict[str, Any]:
+    """The Warning Event ``reason`` about the object ``name``."""
+
+    async def check() -> dict[str, Any] | None:
+        listed = await client.list(EVENTS, ns, field_selector=f"regarding.name={name}")
+        for ev in listed.items:
+            if ev.get("reason") == reason and ev.get("type") == "Warning":
+                return dict(ev)
+        return None
+
+    return dict(await until(check, f"a Warning event {reason} about {name}", within))
+
+
+def reconciles() -> float:
+    return sum(
+        sample("controller_runtime_reconcile_total", {"controller": c, "result": r})
+        for c in CONTROLLERS
+        for r in ("success", "error", "requeue", "requeue_after")
+    )
+
+
+async def assert_left_alone(
+    client: Client, resource: Resource, name: str, ns: str, seconds: float = 1.0
+) -> None:
+    """No hot loop: over ``seconds`` the object is not written and the controllers (all four,
+    with everything else in this class still around) run only a handful of reconciles."""
+    before = (await client.get(resource, name, ns))["metadata"]["resourceVersion"]
+    counted = reconciles()
+    await asyncio.sleep(seconds)
+    after = (await client.get(resource, name, ns))["metadata"]["resourceVersion"]
+    ran = reconciles() - counted
+    assert after == before, f"{resource.kind} {name} was written again while reported"
+    assert ran <= 20, f"{ran} reconciles in {seconds}s: a hot loop"
+
+
+BAD_POD_CONTAINER = "Main_1"  # fine for the CRD schema, not a container name the Pod API takes
+POD_API_SAYS = f'spec.containers[0].name: Invalid value: "{BAD_POD_CONTAINER}"'
+
+
+@pytest.mark.usefixtures("manager")
+class TestAcceptedThenReported:
+    async def test_pool_whose_template_is_in_another_namespace(
+        self, client: Client, home: str, elsewhere: str
+    ) -> None:
+        await client.create(SANDBOX_TEMPLATES, template("only-elsewhere"), elsewhere)
+        await client.create(SANDBOX_WARM_POOLS, pool("p-elsewhere", "only-elsewhere", 2), home)
+        p = await reported(client, SANDBOX_WARM_POOLS, "p-elsewhere", home, "TemplateNotFound")
+        assert 'SandboxTemplate "only-elsewhere" not found' in ready_of(p)["message"]
+        ev = await event(client, "p-elsewhere", home, "WarmPoolNotProgressing")
+        assert "only-elsewhere" in ev["note"]
+        await assert_left_alone(client, SANDBOX_WARM_POOLS, "p-elsewhere", home)
+        selector = f"{keys.LABEL_WARM_POOL_SANDBOX}={name_hash('p-elsewhere')}"
+        assert (await client.list(SANDBOXES, home, label_selector=selector)).items == []
+
+    @pytest.mark.parametrize(
+        "form",
+        [
+            pytest.param(
+                "sandboxTemplateRef",
+                marks=pytest.mark.xfail(
+                    strict=True,
+                    reason="bug: a claim reported TemplateNotFound gets no Event "
+                    "(claim.py reconcile emits events only for QuotaExceeded/expiry)",
+                ),
+            ),
+            pytest.param(
+                "warmPoolRef",
+                marks=pytest.mark.xfail(
+                    strict=True,
+                    reason="bug: a claim reported WarmPoolNotFound gets no Event",
+                ),
+            ),
+        ],
+    )
+    async def test_claim_whose_template_or_pool_is_in_another_namespace(
+        self, client: Client, home: str, elsewhere: str, form: str
+    ) -> None:
+        with contextlib.suppress(ApiError):  # shared by both forms
+            await client.create(SANDBOX_TEMPLATES, template("tpl-away"), elsewhere)
+            await client.create(SANDBOX_WARM_POOLS, pool("pool-away", "tpl-away", 0), elsewhere)
+        name = f"c-away-{form.lower()}"
+        if form == "sandboxTemplateRef":
+            body, reason, what = (
+                claim(name, sandboxTemplateRef={"name": "tpl-away"}),
+                ("TemplateNotFound"),
+                "tpl-away",
+            )
+        else:
+            body, reason, what = (
+                claim(name, warmPoolRef={"name": "pool-away"}),
+                ("WarmPoolNotFound"),
+                "pool-away",
+            )
+        await client.create(SANDBOX_CLAIMS, body, home)
+        c = await reported(client, SANDBOX_CLAIMS, name, home, reason)
+        assert what in ready_of(c)["message"]
+        await assert_left_alone(client, SANDBOX_CLAIMS, name, home)
+        assert (
+            await client.list(SANDBOXES, home, field_selector=f"metadata.name={name}")
+        ).items == []
+        ev = await event(client, name, home, reason, within=2.0)
+        assert what in ev["note"]
+
+    async def test_pool_whose_pod_spec_the_apiserver_rejects_is_held_not_churned(
+        self, client: Client, home: str
+    ) -> None:
+        """The CRD takes the template (the PodSpec schema has no name syntax); the Pod API
+        refuses every pod. Each sandbox reports the Pod API's message (condition and Event);
+        after the grace period the pool holds them (SandboxesBlocked, a Warning) instead of
+        replacing them over and over."""
+        await client.create(
+            SANDBOX_TEMPLATES, template("tpl-badpod", container=BAD_POD_CONTAINER), home
+        )
+        created: list[str] = []
+
+        def on_add(sb: dict[str, Any]) -> None:
+            labels = sb["metadata"].get("labels") or {}
+            if labels.get(keys.LABEL_WARM_POOL_SANDBOX) == name_hash("p-badpod"):
+                created.append(sb["metadata"]["name"])
+
+        watch = Informer(client, SANDBOXES, home)
+        watch.add_handler(on_add)
+        watch.start()
+        try:
+            await asyncio.wait_for(watch.wait_synced(), 10)
+            await client.create(SANDBOX_WARM_POOLS, pool("p-badpod", "tpl-badpod", 2), home)
+            await until(lambda: _async(len(created) >= 2), "two pool sandboxes")
+            sb = await reported(client, SANDBOXES, created[0], home, "ReconcilerError")
+            assert POD_API_SAYS in ready_of(sb)["message"]
+            ev = await event(client, created[0], home, "ReconcilerError")
+            assert POD_API_SAYS in ev["note"]
+            p = await reported(
+                client, SANDBOX_WARM_POOLS, "p-badpod", home, "SandboxesBlocked", GRACE + 15
+            )
+            assert POD_API_SAYS in ready_of(p)["message"]
+            ev = await event(client, "p-badpod", home, "WarmPoolNotProgressing")
+            assert POD_API_SAYS in ev["note"]
+            await assert_left_alone(client, SANDBOX_WARM_POOLS, "p-badpod", home)
+            await assert_left_alone(client, SANDBOXES, created[0], home)
+        finally:
+            await watch.stop()
+        assert len(created) == 2, f"the pool replaced sandboxes that cannot start: {created}"
+
+    async def test_cold_claim_whose_pod_spec_the_apiserver_rejects(
+        self, client: Client, home: str
+    ) -> None:
+        with contextlib.suppress(ApiError):
+            await client.create(
+                SANDBOX_TEMPLATES, template("tpl-badpod", container=BAD_POD_CONTAINER), home
+            )
+        await client.create(
+            SANDBOX_CLAIMS,
+            claim("c-badpod", sandboxTemplateRef={"name": "tpl-badpod"}, warmpool="none"),
+            home,
+        )
+        c = await reported(client, SANDBOX_CLAIMS, "c-badpod", home, "ReconcilerError")
+        assert POD_API_SAYS in ready_of(c)["message"]
+        ev = await event(client, "c-badpod", home, "ReconcilerError")  # about the Sandbox
+        assert ev["regarding"]["kind"] == "Sandbox"
+        assert POD_API_SAYS in ev["note"]
+        await assert_left_alone(client, SANDBOX_CLAIMS, "c-badpod", home)
+
+    async def test_sandbox_whose_pod_spec_the_apiserver_rejects(
+        self, client: Client, home: str
+    ) -> None:
+        await client.create(SANDBOXES, sandbox("s-badpod", container=BAD_POD_CONTAINER), home)
+        sb = await reported(client, SANDBOXES, "s-badpod", home, "ReconcilerError")
+        assert POD_API_SAYS in ready_of(sb)["message"]
+        ev = await event(client, "s-badpod", home, "ReconcilerError")
+        assert POD_API_SAYS in ev["note"]
+        await assert_left_alone(client, SANDBOXES, "s-badpod", home)
+
+    @pytest.mark.xfail(strict=True, reason="bug: a claim reported InvalidMetadata gets no Event")
+    async def test_claim_with_a_pod_label_value_too_long(self, client: Client, home: str) -> None:
+        """The claim's additionalPodMetadata is a free map in the schema; the controller checks
+        it (spec §5.7) and reports instead of creating a pod the apiserver would refuse."""
+        await client.create(SANDBOX_TEMPLATES, template("tpl-meta"), home)
+        await client.create(
+            SANDBOX_CLAIMS,
+            claim(
+                "c-meta",
+                sandboxTemplateRef={"name": "tpl-meta"},
+                additionalPodMetadata={"labels": {"sandbox.users.io/team": LONG_VALUE}},
+            ),
+            home,
+        )
+        c = await reported(client, SANDBOX_CLAIMS, "c-meta", home, "InvalidMetadata")
+        assert "must be no more than 63 characters" in ready_of(c)["message"]
+        await assert_left_alone(client, SANDBOX_CLAIMS, "c-meta", home)
+        ev = await event(client, "c-meta", home, "InvalidMetadata", within=2.0)
+        assert LONG_VALUE in ev["note"]
+
+    async def test_longest_names_every_kind_accepts_serve_a_claim(
+        self, client: Client, home: str
+    ) -> None:
+        """253 characters (the most the apiserver takes) for the template, the pool and the
+        claim: the pool's sandboxes get generated names, labels carry hashes, and the warm
+        claim is served."""
+        tpl, pl, cl = "t" * 253, "p" * 253, "c" * 253
+        await client.create(SANDBOX_TEMPLATES, template(tpl), home)
+        await client.create(SANDBOX_WARM_POOLS, pool(pl, tpl, 1), home)
+
+        async def pool_ready() -> bool:
+            return ready_of(await client.get(SANDBOX_WARM_POOLS, pl, home)).get("status") == "True"
+
+        await until(pool_ready, "the pool with a 253-character name Ready", 30)
+        await client.create(SANDBOX_CLAIMS, claim(cl, warmPoolRef={"name": pl}), home)
+
+        async def claim_ready() -> dict[str, Any] | None:
+            c = await client.get(SANDBOX_CLAIMS, cl, home)
+            return c if ready_of(c).get("status") == "True" else None
+
+        c = await until(claim_ready, "the claim with a 253-character name Ready", 30)
+        served = c["status"]["sandbox"]["name"]
+        assert served.startswith("p" * 50) and len(served) <= 63
+
+
+async def _async(value: Any) -> Any:
+    return value
+
+
+# ------------------------------------------------------------------------------------ 10^6
+QPS = 50
+
+
+class CreatesAfterDelete(AssertionError):
+    """The one known failure of the 10^6 test (see its xfail): any other assertion fails it."""
+
+
+@contextlib.contextmanager
+def controller_process(cluster: DevCluster, log: Path, *flags: str) -> Iterator[None]:
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [
+                str(EXE),
+                f"--kubeconfig={cluster.kubeconfig}",
+                "--extensions",
+                "--leader-elect=false",
+                "--metrics-bind-address=0",
+                f"--health-probe-bind-address=127.0.0.1:{free_port()}",
+                *flags,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield
+        assert proc.poll() is None, f"the controller exited: {log.read_text()[-2000:]}"
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=CreatesAfterDelete,
+    reason="bug: a pass's create batch (up to 300, paced by the QPS limiter) runs to its end "
+    "after the pool is deleted (warmpool.py _create stops only on manager shutdown)",
+)
+async def test_a_million_replicas_are_created_in_bounded_passes_and_stop_with_the_pool(
+    client: Client, cluster: DevCluster, tmp_path: Path
+) -> None:
+    """Runs at most 30 s. ``--kube-api-qps`` bounds every request the process makes, so the
+    pool's creates stay within ``burst + qps * t``; a pass creates at most the batch size (300),
+    counted as the creates between two of the pool's status writes; status.replicas shows
+    progress; after the pool is deleted, no create starts more than 5 s later."""
+    started = time.monotonic()
+    hard_stop = started + 30
+    creates: list[float] = []
+    writes: list[tuple[float, int, int]] = []  # (when, creates seen so far, status.replicas)
+    pool_hash = name_hash("huge")
+
+    def on_sandbox(sb: dict[str, Any]) -> None:
+        if (sb["metadata"].get("labels") or {}).get(keys.LABEL_WARM_POOL_SANDBOX) == pool_hash:
+            creates.append(time.monotonic())
+
+    def on_pool(old: dict[str, Any], new: dict[str, Any]) -> None:
+        if old.get("status") != new.get("status"):
+            writes.append(
+                (time.monotonic(), len(creates), (new.get("status") or {}).get("replicas", 0))
+            )
+
+    async with fresh_namespace(client) as ns:
+        sandboxes = Informer(client, SANDBOXES, ns)
+        sandboxes.add_handler(on_sandbox)
+        pools = Informer(client, SANDBOX_WARM_POOLS, ns)
+        pools.add_handler(None, on_pool)
+        for inf in (sandboxes, pools):
+            inf.start()
+        try:
+            await asyncio.wait_for(sandboxes.wait_synced(), 10)
+            await asyncio.wait_for(pools.wait_synced(), 10)
+            await client.create(SANDBOX_TEMPLATES, template("tpl"), ns)
+            flags = (
+                f"--kube-api-qps={QPS}",
+                f"--kube-api-burst={QPS}",
+                "--sandbox-warm-pool-max-batch-size=300",
+                "--zap-log-level=info",
+            )
+            with controller_process(cluster, tmp_path / "controller.log", *flags):
+                await client.create(SANDBOX_WARM_POOLS, pool("huge", "tpl", 10**6), ns)
+                # until a second pass has started (more than one batch), or 20 s
+                with contextlib.suppress(AssertionError):
+                    await until(
+                        lambda: _async(len(creates) > 320 and any(r > 0 for _, _, r in writes)),
+                        "a second pass",
+                        within=max(0.0, started + 20 - time.monotonic()),
+                    )
+                deleted_at = time.monotonic()
+                await client.delete(SANDBOX_WARM_POOLS, "huge", ns)
+                await asyncio.sleep(min(8.0, max(0.0, hard_stop - time.monotonic())))
+        finally:
+            for inf in (sandboxes, pools):
+                await inf.stop()
+    first = creates[0]
+    during = [t for t in creates if t <= deleted_at]
+    span = deleted_at - first
+    print(
+        f"\n10^6 replicas: {len(during)} creates in {span:.1f}s ({len(during) / span:.1f}/s, "
+        f"QPS {QPS}); pool status writes: {[(round(t - first, 1), n, r) for t, n, r in writes]};"
+        f" {len(creates) - len(during)} creates after the delete, the last "
+        f"{max(creates) - deleted_at:.1f}s after it"
+    )
+    assert len(during) <= QPS + QPS * span + 5, "creates beyond --kube-api-qps"
+    marks = [
+        (first, 0, 0),
+        *[w for w in writes if w[0] <= deleted_at],
+        (deleted_at, len(during), 0),
+    ]
+    per_pass = [b[1] - a[1] for a, b in itertools.pairwise(marks)]
+    assert per_pass and max(per_pass) <= 300, f"a pass created more than 300: {per_pass}"
+    assert max(r for _, _, r in writes) > 0, "no progress in status.replicas"
+    assert time.monotonic() - started <= 45
+    if max(creates) - deleted_at > 5.0:
+        raise CreatesAfterDelete(
+            f"creates went on {max(creates) - deleted_at:.1f}s after the pool was deleted"
+        )
