@@ -2,7 +2,8 @@
 
 Tests that need no control plane of their own use the session cluster of tests/integration
 (same fixtures); the API-fault tests restart kube-apiserver, so they get a private control plane
-per module (``private_cluster``), with the audit log on.
+per module (``private_cluster``), with the audit log on (blocking: a write's event is on
+disk before its answer).
 """
 
 from __future__ import annotations
@@ -42,7 +43,13 @@ async def client(kubeconfig: str) -> AsyncIterator[Client]:
 def private_cluster() -> Iterator[DevCluster]:
     """A control plane of this module's own (4 kwok nodes), so kube-apiserver may be killed."""
     workdir = Path(tempfile.mkdtemp(prefix="agentsandbox-faults-"))
-    cl = DevCluster(workdir, nodes=4, crd_paths=_crd_paths(), audit=True)
+    cl = DevCluster(
+        workdir,
+        nodes=4,
+        crd_paths=_crd_paths(),
+        audit=True,
+        apiserver_args=("--audit-log-mode=blocking",),  # nothing answered is lost by a kill
+    )
     try:
         cl.start()
     except (ClusterStartError, BinariesError) as err:

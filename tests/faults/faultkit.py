@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import re
 import signal
@@ -196,3 +197,27 @@ def metric_sum(text: str, metric: str, **labels: str) -> float:
         if all(f'{k}="{v}"' in head for k, v in labels.items()):
             total += float(value)
     return total
+
+
+# ------------------------------------------------------------------------------------ audit
+def audit_creates(cluster: DevCluster, ns: str, resource: str = "sandboxes") -> dict[int, int]:
+    """HTTP status -> count of the creates of ``resource`` in ``ns`` the audit log holds
+    (``--audit-log-mode=blocking``: an answered request is logged before its answer; a request
+    in flight when kube-apiserver was killed may be missing)."""
+    out: dict[int, int] = {}
+    path = cluster.logs / "audit.log"
+    with path.open("rb") as f:
+        for line in f:
+            with contextlib.suppress(ValueError):
+                ev = json.loads(line)
+                ref = ev.get("objectRef") or {}
+                if (
+                    ev.get("stage") == "ResponseComplete"
+                    and ev.get("verb") == "create"
+                    and ref.get("resource") == resource
+                    and not ref.get("subresource")
+                    and ref.get("namespace") == ns
+                ):
+                    code = int((ev.get("responseStatus") or {}).get("code") or 0)
+                    out[code] = out.get(code, 0) + 1
+    return out

@@ -196,7 +196,8 @@ class SandboxHistory:
         self.pool_born: set[str] = set()  # sandbox uids first seen controlled by a pool
         self.deleted: set[str] = set()
         self.violations: list[str] = []
-        self._informer = Informer(client, SANDBOXES, ns)
+        # re-watch quickly after an apiserver restart, so that little goes unseen
+        self._informer = Informer(client, SANDBOXES, ns, backoff_base=0.05, backoff_cap=0.5)
         self._informer.add_handler(self._on_change, self._on_change, self._on_delete)
 
     def _on_change(self, *objs: dict[str, Any]) -> None:
@@ -248,6 +249,19 @@ class SandboxHistory:
     def check(self) -> None:
         assert not self.violations, self.violations[:5]
 
+    async def caught_up(self, within: float = 30.0) -> None:
+        """Until the informer has seen every sandbox the API lists now (after a fault it may be
+        behind the API for a few seconds)."""
+        deadline = time.monotonic() + within
+        while True:
+            live = {
+                s["metadata"]["uid"] for s in (await self.client.list(SANDBOXES, self.ns)).items
+            }
+            if live <= set(self.uids):
+                return
+            assert time.monotonic() < deadline, f"history misses {len(live - set(self.uids))}"
+            await asyncio.sleep(0.1)
+
 
 async def check_converged(
     client: Client,
@@ -268,5 +282,6 @@ async def check_converged(
         await wait_ready_pool(client, ns, pool, replicas, within=within)
     await check_owned(client, ns)
     if history is not None:
+        await history.caught_up()
         history.check()
     return served
