@@ -7,6 +7,7 @@ rules in deploy/rbac.yaml, and the log must show no request the API server refus
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -15,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -254,29 +255,40 @@ def test_the_rbac_suffices_under_owner_reference_permission_enforcement(
     run_controller_with_token(strict_cluster, ns, kubeconfig, tmp_path)
 
 
-def run_controller_with_token(
-    cluster: DevCluster, ns: str, kubeconfig: Path, tmp_path: Path
-) -> None:
-    metrics_port, probe_port = free_port(), free_port()
-    log = tmp_path / "controller.log"
+def local_args(args: Sequence[str], metrics_port: int, probe_port: int) -> list[str]:
+    """A Deployment's container args made runnable on this machine: the two bind addresses
+    (":8080", ":8081", every interface) become 127.0.0.1 with free ports, and the Lease goes to
+    agent-sandbox-system (in a pod that is the pod's own namespace, read from the mounted
+    ServiceAccount). Everything else is passed as the Deployment has it."""
+    out = []
+    for arg in args:
+        if arg.startswith("--metrics-bind-address="):
+            arg = f"--metrics-bind-address=127.0.0.1:{metrics_port}"
+        elif arg.startswith("--health-probe-bind-address="):
+            arg = f"--health-probe-bind-address=127.0.0.1:{probe_port}"
+        out.append(arg)
+    if not any(a.startswith("--leader-election-namespace") for a in out):
+        out.append(f"--leader-election-namespace={SYSTEM_NS}")
+    return out
+
+
+@contextlib.contextmanager
+def controller_with_token(
+    cluster: DevCluster, kubeconfig: Path, args: Sequence[str], log: Path
+) -> Iterator[Callable[[], bool]]:
+    """Run agent-sandbox-controller with ``args`` and nothing but the token in ``kubeconfig``;
+    yield a liveness check. On a clean exit of the block: SIGTERM, exit code 0, no request
+    refused in the log, and the Lease released (reading and updating it were both allowed)."""
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [
-                str(EXE),
-                f"--kubeconfig={kubeconfig}",
-                "--extensions",
-                "--leader-elect=true",
-                f"--leader-election-namespace={SYSTEM_NS}",
-                f"--metrics-bind-address=127.0.0.1:{metrics_port}",
-                f"--health-probe-bind-address=127.0.0.1:{probe_port}",
-            ],
+            [str(EXE), f"--kubeconfig={kubeconfig}", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
         )
     try:
-        exercise_controller(cluster, ns, lambda: proc.poll() is None, log)
+        yield lambda: proc.poll() is None
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -296,15 +308,28 @@ def run_controller_with_token(
         if REFUSED.search(line) and "because it is being terminated" not in line
     ]
     assert not refused, "\n".join(refused)
-    # the Lease was released on the way out: reading and updating it were both allowed
     lease = cluster.api(
         "GET", f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM_NS}/leases/{LEASE}"
     )
     assert not lease["spec"].get("holderIdentity"), lease["spec"]
 
 
-def exercise_controller(cluster: DevCluster, ns: str, alive: Callable[[], bool], log: Path) -> None:
-    """Drive every write path the controllers have and check each one took effect."""
+def run_controller_with_token(
+    cluster: DevCluster, ns: str, kubeconfig: Path, tmp_path: Path
+) -> None:
+    metrics_port, probe_port = free_port(), free_port()
+    log = tmp_path / "controller.log"
+    args = ["--extensions", "--leader-elect=true", "--metrics-bind-address=:8080"]
+    args += ["--health-probe-bind-address=:8081"]
+    with controller_with_token(
+        cluster, kubeconfig, local_args(args, metrics_port, probe_port), log
+    ) as alive:
+        exercise_controller(cluster, ns, alive, log)
+
+
+def waiter(alive: Callable[[], bool], log: Path) -> Callable[..., Any]:
+    """``wait(check, what, timeout=30)``: poll ``check`` while the controller is alive; on a
+    timeout, fail with the last lines of its log."""
 
     def wait(check: Callable[[], T | None], what: str, timeout: float = 30.0) -> T:
         def probe() -> T | None:
@@ -316,6 +341,68 @@ def exercise_controller(cluster: DevCluster, ns: str, alive: Callable[[], bool],
         except AssertionError as err:
             tail = "\n".join(log.read_text().splitlines()[-30:])
             raise AssertionError(f"{err}\ncontroller log (last lines):\n{tail}") from None
+
+    return wait
+
+
+def serve_warm_and_cold(cluster: DevCluster, ns: str, alive: Callable[[], bool], log: Path) -> None:
+    """A pool of one, then a warm claim (adopts the pool's sandbox) and a cold one (creates its
+    own): both Ready, the warm one with a member of the pool."""
+    wait = waiter(alive, log)
+    ext = EXT.format(ns=ns)
+    container = {"name": "main", "image": "example/python:1"}
+    cluster.api(
+        "POST",
+        f"{ext}/sandboxtemplates",
+        {
+            "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+            "kind": "SandboxTemplate",
+            "metadata": {"name": "py"},
+            "spec": {"podTemplate": {"spec": {"containers": [container]}}},
+        },
+    )
+    cluster.api(
+        "POST",
+        f"{ext}/sandboxwarmpools",
+        {
+            "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+            "kind": "SandboxWarmPool",
+            "metadata": {"name": "pool"},
+            "spec": {"replicas": 1, "sandboxTemplateRef": {"name": "py"}},
+        },
+    )
+    wait(
+        lambda: get_if(cluster, f"{ext}/sandboxwarmpools/pool", lambda p: ready_replicas(p) == 1),
+        "warm pool readyReplicas 1",
+    )
+    members = {
+        sb["metadata"]["name"]
+        for sb in cluster.api("GET", SANDBOXES.format(ns=ns))["items"]
+        if any(r["kind"] == "SandboxWarmPool" for r in sb["metadata"].get("ownerReferences", []))
+    }
+    for name, spec in (
+        ("warm", {"warmPoolRef": {"name": "pool"}}),
+        ("cold", {"sandboxTemplateRef": {"name": "py"}, "warmpool": "none"}),
+    ):
+        cluster.api(
+            "POST",
+            f"{ext}/sandboxclaims",
+            {
+                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                "kind": "SandboxClaim",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+        )
+    warm = wait(lambda: get_if(cluster, f"{ext}/sandboxclaims/warm", ready), "claim warm Ready")
+    assert warm["status"]["sandbox"]["name"] in members, (warm["status"], members)
+    cold = wait(lambda: get_if(cluster, f"{ext}/sandboxclaims/cold", ready), "claim cold Ready")
+    assert cold["status"]["sandbox"]["name"] == "cold"
+
+
+def exercise_controller(cluster: DevCluster, ns: str, alive: Callable[[], bool], log: Path) -> None:
+    """Drive every write path the controllers have and check each one took effect."""
+    wait = waiter(alive, log)
 
     sandboxes = SANDBOXES.format(ns=ns)
     ext = EXT.format(ns=ns)
