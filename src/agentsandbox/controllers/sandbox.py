@@ -34,6 +34,7 @@ from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.kinds import SANDBOX
 from agentsandbox.api.owners import controller_of
 from agentsandbox.api.resources import SANDBOXES
+from agentsandbox.controllers.podcache import pod_informer
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.controller import (
     Controller,
@@ -477,7 +478,7 @@ def setup(
     ``--cluster-domain``)."""
     tracked = keys.LABEL_SANDBOX_NAME_HASH
     sandboxes = mgr.get_informer(SANDBOXES)
-    pods = mgr.get_informer(PODS, label_selector=tracked)
+    pods = pod_informer(mgr)  # before the watch below asks for it without the transform
     services = mgr.get_informer(SERVICES, label_selector=tracked)
     pvcs = mgr.get_informer(PERSISTENTVOLUMECLAIMS, label_selector=tracked)
     reconciler = SandboxReconciler(

@@ -34,6 +34,7 @@ from agentsandbox.api.owners import (
 )
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
 from agentsandbox.api.timefmt import parse_rfc3339
+from agentsandbox.controllers.podcache import pod_informer
 from agentsandbox.kube import metrics as kube_metrics
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.controller import Controller, ControllerBuilder, Request, Result
@@ -42,7 +43,6 @@ from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.expectations import Expectations
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
-from agentsandbox.kube.resources import PODS
 from agentsandbox.kube.store import KubeObject
 
 from .batch import BatchCancelled, slow_start_batch
@@ -666,7 +666,7 @@ def setup(mgr: Manager, settings: Settings, workers: int = 1) -> Controller:
     pools = mgr.get_informer(SANDBOX_WARM_POOLS)
     sandboxes = mgr.get_informer(SANDBOXES)
     templates = mgr.get_informer(SANDBOX_TEMPLATES)
-    pods = mgr.get_informer(PODS, label_selector=keys.LABEL_SANDBOX_NAME_HASH)
+    pods = pod_informer(mgr)
     reconciler = WarmPoolReconciler(
         mgr.client,
         pools,
