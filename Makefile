@@ -29,6 +29,15 @@ $(STAMP): pyproject.toml requirements-dev.lock
 
 venv: $(STAMP)
 
+# The controller's runtime dependencies as wheels (hash-checked from requirements-dev.lock), so that
+# tests/integration/test_wheel.py installs the built wheel into a clean virtualenv offline.
+WHEELHOUSE_STAMP := .wheelhouse/.complete
+$(WHEELHOUSE_STAMP): $(STAMP) hack/wheelhouse.py
+	$(PY) hack/wheelhouse.py
+	@touch $@
+
+venv: $(WHEELHOUSE_STAMP)
+
 $(SDK046_STAMP): clients/requirements-sdk046.lock
 	@test -x $(SDK046_VENV)/bin/python || $(PYTHON) -m venv $(SDK046_VENV)
 	$(SDK046_VENV)/bin/python -m pip install -q --require-hashes --no-deps -r clients/requirements-sdk046.lock
@@ -83,3 +92,4 @@ fmt: venv
 
 clean: cluster-down
 	rm -rf $(VENV) $(SDK046_VENV) $(SDK108_VENV) .cluster
+	rm -rf .wheelhouse

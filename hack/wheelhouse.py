@@ -1,0 +1,86 @@
+"""Fill .wheelhouse/ with the controller's runtime dependencies, for installing the wheel offline.
+
+Run by ``make venv`` with the project's virtualenv (which has every runtime dependency installed
+from requirements-dev.lock). The runtime closure of ``agentsandbox`` is read from the installed
+distributions' metadata (markers evaluated for this interpreter); those entries of the hash-locked
+requirements-dev.lock, and no others, are downloaded as wheels with ``--require-hashes``.
+tests/integration/test_wheel.py then installs the built wheel with ``--no-index --find-links``.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from importlib.metadata import distribution
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def runtime_closure(project: str = "agentsandbox") -> set[str]:
+    seen: set[str] = set()
+    todo = [project]
+    while todo:
+        name = todo.pop()
+        for text in distribution(name).requires or []:
+            req = Requirement(text)
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            dep = canonicalize_name(req.name)
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+def locked_entries(lock: Path) -> dict[str, str]:
+    """name -> the lock's whole entry (``name==version \\`` and its ``--hash`` lines)."""
+    entries: dict[str, str] = {}
+    current: list[str] = []
+    for line in lock.read_text().splitlines():
+        if re.match(r"^[A-Za-z0-9]", line):
+            current = [line]
+            entries[canonicalize_name(line.split("==")[0])] = ""
+        elif line.strip().startswith("--hash") and current:
+            current.append(line)
+        else:
+            continue
+        entries[canonicalize_name(current[0].split("==")[0])] = "\n".join(current)
+    return entries
+
+
+def main() -> int:
+    out = ROOT / ".wheelhouse"
+    out.mkdir(exist_ok=True)
+    needed = runtime_closure()
+    entries = locked_entries(ROOT / "requirements-dev.lock")
+    missing = needed - set(entries)
+    if missing:
+        print(f"not in requirements-dev.lock: {sorted(missing)}", file=sys.stderr)
+        return 1
+    reqs = out / "requirements.txt"
+    reqs.write_text("\n".join(entries[n].rstrip(" \\") for n in sorted(needed)) + "\n")
+    return subprocess.call(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--require-hashes",
+            "--only-binary=:all:",
+            "-d",
+            str(out),
+            "-r",
+            str(reqs),
+        ]
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
