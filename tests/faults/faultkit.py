@@ -97,11 +97,18 @@ class ProxyProcess:
     def resume(self) -> None:
         os.kill(self.popen.pid, signal.SIGUSR2)
 
+    def lose_answers(self) -> None:
+        """For one second every request still arrives and no answer comes back; then every
+        connection is cut."""
+        os.kill(self.popen.pid, signal.SIGHUP)
+
     def counters(self) -> dict[str, int]:
-        """accepted / resets / bytes, once the proxy has stopped."""
-        m = re.search(r"accepted=(\d+) resets=(\d+) bytes=(\d+)", self.log.read_text())
+        """accepted / resets / bytes / dropped (answer bytes lost), once the proxy has stopped."""
+        m = re.search(
+            r"accepted=(\d+) resets=(\d+) bytes=(\d+) dropped=(\d+)", self.log.read_text()
+        )
         assert m, self.log.read_text()
-        return {"accepted": int(m[1]), "resets": int(m[2]), "bytes": int(m[3])}
+        return {k: int(m[i + 1]) for i, k in enumerate(("accepted", "resets", "bytes", "dropped"))}
 
 
 @contextlib.contextmanager
@@ -221,3 +228,14 @@ def audit_creates(cluster: DevCluster, ns: str, resource: str = "sandboxes") -> 
                     code = int((ev.get("responseStatus") or {}).get("code") or 0)
                     out[code] = out.get(code, 0) + 1
     return out
+
+
+def unanswered_creates(log: Path, ns: str, resource: str = "sandboxes") -> int:
+    """How many creates of ``resource`` in ``ns`` the controller logged as failed by a connection
+    error (sent, maybe done, answer lost)."""
+    needle = f"[POST /apis/agents.x-k8s.io/v1beta1/namespaces/{ns}/{resource}]"
+    return sum(
+        line.count(needle)
+        for line in log.read_text(errors="replace").splitlines()
+        if "connection error" in line
+    )

@@ -30,6 +30,8 @@ class Proxy:
         self.delay = delay
         self.reset_every = reset_every
         self.paused = False
+        self.blackhole_until = 0.0
+        self.dropped = 0
         self.pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self.accepted = 0
         self.resets = 0
@@ -56,7 +58,7 @@ class Proxy:
         self.pairs.add(pair)
         tasks = [
             asyncio.create_task(self.pipe(reader, up_writer)),
-            asyncio.create_task(self.pipe(up_reader, writer)),
+            asyncio.create_task(self.pipe(up_reader, writer, answers=True)),
         ]
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -67,11 +69,26 @@ class Proxy:
             writer.transport.abort()
             up_writer.transport.abort()
 
-    async def pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def lost(self, answers: bool, data: bytes) -> bool:
+        if answers and time.monotonic() < self.blackhole_until:
+            self.dropped += len(data)
+            return True
+        return False
+
+    async def blackhole(self, seconds: float) -> None:
+        self.blackhole_until = time.monotonic() + seconds
+        await asyncio.sleep(seconds)
+        self.kill_all()
+
+    async def pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answers: bool = False
+    ) -> None:
         if self.delay == (0.0, 0.0):
             with contextlib.suppress(OSError, asyncio.IncompleteReadError):
                 while data := await reader.read(65536):
                     self.bytes += len(data)
+                    if self.lost(answers, data):
+                        continue
                     writer.write(data)
                     await writer.drain()
             return
@@ -84,6 +101,8 @@ class Proxy:
                     if not data:
                         return
                     await asyncio.sleep(max(0.0, at - time.monotonic()))
+                    if self.lost(answers, data):
+                        continue
                     writer.write(data)
                     await writer.drain()
 
@@ -135,6 +154,14 @@ async def main(argv: list[str]) -> int:
 
     loop.add_signal_handler(signal.SIGUSR1, pause)
     loop.add_signal_handler(signal.SIGUSR2, resume)
+    holes: set[asyncio.Task[None]] = set()
+
+    def blackhole() -> None:
+        task = asyncio.create_task(proxy.blackhole(1.0))
+        holes.add(task)
+        task.add_done_callback(holes.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, blackhole)
     resetter = asyncio.create_task(proxy.resetter()) if args.reset_every > 0 else None
     await stop.wait()
     if resetter is not None:
@@ -142,7 +169,8 @@ async def main(argv: list[str]) -> int:
     server.close()
     proxy.kill_all()
     print(
-        f"proxy: accepted={proxy.accepted} resets={proxy.resets} bytes={proxy.bytes}",
+        f"proxy: accepted={proxy.accepted} resets={proxy.resets} bytes={proxy.bytes} "
+        f"dropped={proxy.dropped}",
         file=sys.stderr,
     )
     return 0

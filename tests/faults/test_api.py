@@ -27,15 +27,23 @@ from agentsandbox.api.resources import (
     SANDBOXES,
 )
 from agentsandbox.devcluster import DevCluster
+from agentsandbox.devcluster.cluster import free_port
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.config import load_kubeconfig
 from tests.integration.invariants import SandboxHistory, check_converged, controller_process
+from tests.integration.runtime_helpers import compact_etcd
 from tests.integration.test_claims import claim_obj
 from tests.integration.test_warmpool import pool_obj, template_obj
 
 from .faultkit import (
     audit_creates,
+    grant_cluster_admin,
+    kubeconfig_via,
+    metric_sum,
+    proxy,
     restart_apiserver,
+    scrape,
+    unanswered_creates,
 )
 
 
@@ -171,3 +179,275 @@ async def test_apiserver_restart_mid_claim_burst(
 async def _bound_at_least(client: Client, ns: str, n: int) -> int:
     bound = await _bound(client, ns)
     return bound if bound >= n else 0
+
+
+# ------------------------------------------------------------------------------------ 410
+async def test_watches_expire_by_etcd_compaction_and_the_relist_converges(
+    private_cluster: DevCluster, pclient: Client, pns: str, tmp_path: Path
+) -> None:
+    """About 40 s (two apiserver restarts: with and then without the watch cache). The
+    controller reaches kube-apiserver through a loopback proxy; with the watch cache off, watches
+    are served by etcd, so compacting etcd while the proxy refuses connections makes every
+    re-watch from the controller's last resourceVersion fail with 410 Gone. Meanwhile 15 claims
+    arrive, the pool grows from 10 to 15 and two members are deleted; after the relist all of it
+    is served."""
+    gone = "agentsandbox_runtime_informer_watch_ends_total"
+    mport = free_port()
+    with (
+        apiserver_with(private_cluster, extra=("--watch-cache=false",)),
+        proxy(f"127.0.0.1:{private_cluster.ports['kube-apiserver']}", tmp_path) as px,
+        controller_process(
+            private_cluster,
+            tmp_path / "controller.log",
+            mport,
+            kubeconfig=kubeconfig_via(private_cluster, px.url_https, tmp_path),
+        ) as proc,
+    ):
+        await _setup_pool(pclient, pns, 10)
+        await check_converged(pclient, pns, pools={"pool": 10})
+        async with SandboxHistory(pclient, pns) as history:
+            before = metric_sum(scrape(mport), gone, reason="gone")
+            px.pause()
+            names = await _claims(pclient, pns, 15)
+            await pclient.patch(SANDBOX_WARM_POOLS, "pool", {"spec": {"replicas": 15}}, pns)
+            members = sorted(
+                s["metadata"]["name"] for s in (await pclient.list(SANDBOXES, pns)).items
+            )
+            for name in members[:2]:
+                await pclient.delete(SANDBOXES, name, pns)
+            compacted = compact_etcd(private_cluster)
+            await asyncio.sleep(1.0)
+            px.resume()
+            t0 = time.monotonic()
+            served = await check_converged(
+                pclient, pns, pools={"pool": 15}, claims=names, history=history
+            )
+            took = time.monotonic() - t0
+            after = metric_sum(scrape(mport), gone, reason="gone")
+        assert proc.poll() is None, "the controller exited"
+    print(
+        f"\netcd compacted at {compacted}; controller watches ended 410: {after - before:.0f}; "
+        f"converged {took:.1f}s after the proxy resumed; {history.created} sandboxes seen"
+    )
+    assert after > before, "no watch of the controller ended with 410 Gone"
+    assert len(served) == 15
+    # 10 members, 2 deleted by the test, 15 claims, pool at 15 at the end
+    assert history.extra(15, 15 + 2) == 0, f"{history.extra(15, 17)} sandboxes beyond need"
+
+
+# ------------------------------------------------------------------------------------ network
+async def test_connection_resets_and_latency_between_controller_and_apiserver(
+    private_cluster: DevCluster, pclient: Client, pns: str, tmp_path: Path
+) -> None:
+    """About 40 s: every byte between the controller and kube-apiserver is delayed 50-150 ms and
+    every connection is reset every 2 s, while a pool of 20 fills and 40 claims arrive."""
+    mport = free_port()
+    with (
+        proxy(
+            f"127.0.0.1:{private_cluster.ports['kube-apiserver']}",
+            tmp_path,
+            delay_ms="50-150",
+            reset_every=2.0,
+        ) as px,
+        controller_process(
+            private_cluster,
+            tmp_path / "controller.log",
+            mport,
+            kubeconfig=kubeconfig_via(private_cluster, px.url_https, tmp_path),
+        ) as proc,
+    ):
+        async with SandboxHistory(pclient, pns) as history:
+            t0 = time.monotonic()
+            await _setup_pool(pclient, pns, 20)
+            await check_converged(pclient, pns, pools={"pool": 20})
+            filled = time.monotonic() - t0
+            names = await _claims(pclient, pns, 40)
+            served = await check_converged(
+                pclient, pns, pools={"pool": 20}, claims=names, history=history, within=90
+            )
+            took = time.monotonic() - t0
+        errors = metric_sum(scrape(mport), "agentsandbox_runtime_informer_watch_ends_total")
+        assert proc.poll() is None, "the controller exited"
+    counters = px.counters()
+    audit = audit_creates(private_cluster, pns)
+    unanswered = unanswered_creates(tmp_path / "controller.log", pns)
+    print(
+        f"\nproxy {counters}; controller watch ends {errors:.0f}; pool filled in {filled:.1f}s, "
+        f"40 claims served {took - filled:.1f}s later; sandbox creates by status {audit}, "
+        f"{unanswered} lost their answer; {history.extra(40, 20)} beyond need"
+    )
+    assert counters["resets"] >= 5, "the proxy did not reset connections"
+    assert len(served) == 40
+    # A create whose answer a reset lost may be repeated under another name (and the extra
+    # trimmed): see the xfail test below. Nothing else may create more than needed.
+    assert history.extra(40, 20) <= unanswered, f"{history.extra(40, 20)} beyond need"
+    assert audit.get(201, 0) <= 40 + 20 + unanswered, audit
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: a pool sandbox create whose answer is lost (connection cut after the request "
+    "was sent) lowers the pool's expectations and the next pass creates another under a new "
+    "name: one extra sandbox per lost answer, trimmed later (warmpool.py _create)",
+)
+async def test_a_pool_create_whose_answer_is_lost_is_not_repeated(
+    private_cluster: DevCluster, pclient: Client, pns: str, tmp_path: Path
+) -> None:
+    """About 20 s: a pool of 40 fills through a proxy that, once 5 sandboxes exist, lets every
+    request through but loses every answer for one second and then cuts every connection. The
+    creates then in flight were done; the controller must not create their sandboxes twice."""
+    log = tmp_path / "controller.log"
+    with (
+        proxy(f"127.0.0.1:{private_cluster.ports['kube-apiserver']}", tmp_path) as px,
+        controller_process(
+            private_cluster, log, kubeconfig=kubeconfig_via(private_cluster, px.url_https, tmp_path)
+        ),
+    ):
+        async with SandboxHistory(pclient, pns) as history:
+            await _setup_pool(pclient, pns, 40)
+            await _until(lambda: _at_least(pclient, pns, 5), 30, "5 sandboxes")
+            px.lose_answers()
+            await check_converged(pclient, pns, pools={"pool": 40}, history=history)
+    unanswered = unanswered_creates(log, pns)
+    audit = audit_creates(private_cluster, pns)
+    print(f"\n{unanswered} creates lost their answer; creates by status {audit}")
+    assert unanswered > 0, "no create was in flight when the answers were lost"
+    assert history.extra(0, 40) == 0, f"{history.extra(0, 40)} sandboxes created beyond 40"
+    assert audit.get(201, 0) == 40, audit
+
+
+# ------------------------------------------------------------------------------------ 429
+FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1"
+
+
+async def test_priority_and_fairness_throttling_429_is_retried_and_nothing_is_lost(
+    private_cluster: DevCluster, pclient: Client, pns: str, tmp_path: Path
+) -> None:
+    """About 45 s (two apiserver restarts with a small total concurrency, so that the
+    controller's own priority level gets one seat). The controller runs as a user of its own
+    (cluster-admin, not system:masters, so not exempt); a FlowSchema sends all its requests to a
+    PriorityLevelConfiguration with one seat and one queue of 4: whatever is beyond one request
+    running and 4 waiting is answered 429. A pool of 10 fills and 20 claims are served anyway."""
+    user = f"faults-controller-{uuid.uuid4().hex[:6]}"
+    grant_cluster_admin(private_cluster, user)
+    level = f"faults-tiny-{user}"
+    private_cluster.api(
+        "POST",
+        f"{FLOWCONTROL}/prioritylevelconfigurations",
+        {
+            "metadata": {"name": level},
+            "spec": {
+                "type": "Limited",
+                "limited": {
+                    "nominalConcurrencyShares": 1,
+                    "lendablePercent": 0,
+                    "borrowingLimitPercent": 0,
+                    "limitResponse": {
+                        "type": "Queue",
+                        "queuing": {"queues": 1, "handSize": 1, "queueLengthLimit": 4},
+                    },
+                },
+            },
+        },
+    )
+    private_cluster.api(
+        "POST",
+        f"{FLOWCONTROL}/flowschemas",
+        {
+            "metadata": {"name": level},
+            "spec": {
+                "matchingPrecedence": 100,
+                "priorityLevelConfiguration": {"name": level},
+                "distinguisherMethod": {"type": "ByUser"},
+                "rules": [
+                    {
+                        "subjects": [{"kind": "User", "user": {"name": user}}],
+                        "resourceRules": [
+                            {
+                                "verbs": ["*"],
+                                "apiGroups": ["*"],
+                                "resources": ["*"],
+                                "namespaces": ["*"],
+                                "clusterScope": True,
+                            }
+                        ],
+                        "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                    }
+                ],
+            },
+        },
+    )
+    mport = free_port()
+    try:
+        with (
+            apiserver_with(
+                private_cluster,
+                # 60 seats in all, shared by shares: 1 share of ~250 is 1 seat
+                extra=("--max-requests-inflight=40", "--max-mutating-requests-inflight=20"),
+            ),
+            controller_process(
+                private_cluster,
+                tmp_path / "controller.log",
+                mport,
+                kubeconfig=kubeconfig_via(
+                    private_cluster, private_cluster.server, tmp_path, user=user
+                ),
+            ) as proc,
+        ):
+            async with SandboxHistory(pclient, pns) as history:
+                t0 = time.monotonic()
+                await _setup_pool(pclient, pns, 10)
+                names = await _claims(pclient, pns, 20)
+                served = await check_converged(
+                    pclient, pns, pools={"pool": 10}, claims=names, history=history, within=120
+                )
+                took = time.monotonic() - t0
+            text = scrape(mport)
+            assert proc.poll() is None, "the controller exited"
+    finally:
+        private_cluster.api("DELETE", f"{FLOWCONTROL}/flowschemas/{level}")
+        private_cluster.api("DELETE", f"{FLOWCONTROL}/prioritylevelconfigurations/{level}")
+    throttled = metric_sum(text, "rest_client_requests_total", code="429")
+    answered = metric_sum(text, "rest_client_requests_total") - throttled
+    print(
+        f"\n429s {throttled:.0f}, other answers {answered:.0f}; pool of 10 and 20 claims "
+        f"served in {took:.1f}s"
+    )
+    assert throttled > 0, "the controller was never throttled"
+    assert len(served) == 20
+    assert history.extra(20, 10) == 0, f"{history.extra(20, 10)} sandboxes beyond need"
+
+
+# ------------------------------------------------------------------------------------ slow etcd
+async def test_slow_etcd_no_duplicate_creates_and_convergence(
+    private_cluster: DevCluster, pclient: Client, pns: str, tmp_path: Path
+) -> None:
+    """About 60 s: kube-apiserver restarted to reach etcd through a loopback proxy that delays
+    every byte 50-200 ms each way; a pool of 20 fills and 30 claims are served, with no sandbox
+    created twice."""
+    etcd = f"127.0.0.1:{private_cluster.ports['etcd']}"
+    with (
+        proxy(etcd, tmp_path, delay_ms="50-200") as px,
+        apiserver_with(private_cluster, etcd_servers=px.url_http),
+        controller_process(private_cluster, tmp_path / "controller.log") as proc,
+    ):
+        async with SandboxHistory(pclient, pns) as history:
+            t0 = time.monotonic()
+            await _setup_pool(pclient, pns, 20)
+            await check_converged(pclient, pns, pools={"pool": 20}, within=120)
+            filled = time.monotonic() - t0
+            names = await _claims(pclient, pns, 30)
+            served = await check_converged(
+                pclient, pns, pools={"pool": 20}, claims=names, history=history, within=120
+            )
+            took = time.monotonic() - t0
+        assert proc.poll() is None, "the controller exited"
+    audit = audit_creates(private_cluster, pns)
+    print(
+        f"\nslow etcd: pool of 20 in {filled:.1f}s, 30 claims served {took - filled:.1f}s later;"
+        f" sandbox creates by status {audit}"
+    )
+    assert px.counters()["bytes"] > 0, "the apiserver did not talk to etcd through the proxy"
+    assert len(served) == 30
+    assert history.extra(30, 20) == 0, f"{history.extra(30, 20)} sandboxes beyond need"
+    assert audit.get(201, 0) <= 30 + 20, audit
