@@ -345,7 +345,13 @@ def waiter(alive: Callable[[], bool], log: Path) -> Callable[..., Any]:
     return wait
 
 
-def serve_warm_and_cold(cluster: DevCluster, ns: str, alive: Callable[[], bool], log: Path) -> None:
+def serve_warm_and_cold(
+    cluster: DevCluster,
+    ns: str,
+    alive: Callable[[], bool],
+    log: Path,
+    claim_annotations: dict[str, str] | None = None,
+) -> None:
     """A pool of one, then a warm claim (adopts the pool's sandbox) and a cold one (creates its
     own): both Ready, the warm one with a member of the pool."""
     wait = waiter(alive, log)
@@ -390,7 +396,7 @@ def serve_warm_and_cold(cluster: DevCluster, ns: str, alive: Callable[[], bool],
             {
                 "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
                 "kind": "SandboxClaim",
-                "metadata": {"name": name},
+                "metadata": {"name": name, "annotations": claim_annotations or {}},
                 "spec": spec,
             },
         )
