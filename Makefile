@@ -62,12 +62,20 @@ cluster-down: venv
 
 test: venv sdk-venvs controlplane
 	$(PY) -m pytest tests/unit tests/integration -m "not slow"
+	$(PY) -m pytest tests/faults/test_api.py::test_apiserver_restart_mid_fill
 
 test-unit: venv
 	$(PY) -m pytest tests/unit
 
 test-integration: venv sdk-venvs controlplane
 	$(PY) -m pytest tests/integration -m "not slow"
+
+# the fault suite (docs/reliability.md): tests/faults plus the claim bursts' kill -9 and split brain
+FAULT_CLAIM_TESTS := tests/integration/test_claims.py::test_100_claims_with_two_controller_processes_racing \
+	tests/integration/test_claims.py::test_100_claims_survive_a_kill_9_mid_burst_and_a_restart
+.PHONY: test-faults
+test-faults: venv controlplane
+	$(PY) -m pytest tests/faults $(FAULT_CLAIM_TESTS)
 
 test-slow: venv controlplane
 	$(PY) -m pytest tests -m slow
