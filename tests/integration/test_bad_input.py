@@ -20,12 +20,9 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
-import os
-import signal
-import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +43,14 @@ from agentsandbox.controllers import template as template_controller
 from agentsandbox.controllers import warmpool
 from agentsandbox.controllers.warmpool_plan import Settings
 from agentsandbox.devcluster import DevCluster
-from agentsandbox.devcluster.cluster import free_port
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import ApiError, NotFound
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import EVENTS, NAMESPACES, Resource
 
+from .invariants import controller_process
 from .runtime_helpers import running, sample
-from .test_controller_process import EXE
 
 CONTROLLERS = ("sandbox", "sandboxwarmpool", "sandboxclaim", "sandboxtemplate")
 IMAGE = "example/python:1"
@@ -667,31 +663,6 @@ class CreatesAfterDelete(AssertionError):
     """The one known failure of the 10^6 test (see its xfail): any other assertion fails it."""
 
 
-@contextlib.contextmanager
-def controller_process(cluster: DevCluster, log: Path, *flags: str) -> Iterator[None]:
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [
-                str(EXE),
-                f"--kubeconfig={cluster.kubeconfig}",
-                "--extensions",
-                "--leader-elect=false",
-                "--metrics-bind-address=0",
-                f"--health-probe-bind-address=127.0.0.1:{free_port()}",
-                *flags,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        yield
-        assert proc.poll() is None, f"the controller exited: {log.read_text()[-2000:]}"
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-
-
 @pytest.mark.xfail(
     strict=True,
     raises=CreatesAfterDelete,
@@ -715,11 +686,14 @@ async def test_a_million_replicas_are_created_in_bounded_passes_and_stop_with_th
         if (sb["metadata"].get("labels") or {}).get(keys.LABEL_WARM_POOL_SANDBOX) == pool_hash:
             creates.append(time.monotonic())
 
+    progress = asyncio.Event()  # status.replicas > 0: a second pass is over, a third begins
+
     def on_pool(old: dict[str, Any], new: dict[str, Any]) -> None:
         if old.get("status") != new.get("status"):
-            writes.append(
-                (time.monotonic(), len(creates), (new.get("status") or {}).get("replicas", 0))
-            )
+            replicas = (new.get("status") or {}).get("replicas", 0)
+            writes.append((time.monotonic(), len(creates), replicas))
+            if replicas > 0:
+                progress.set()
 
     async with fresh_namespace(client) as ns:
         sandboxes = Informer(client, SANDBOXES, ns)
@@ -738,18 +712,16 @@ async def test_a_million_replicas_are_created_in_bounded_passes_and_stop_with_th
                 "--sandbox-warm-pool-max-batch-size=300",
                 "--zap-log-level=info",
             )
-            with controller_process(cluster, tmp_path / "controller.log", *flags):
+            with controller_process(cluster, tmp_path / "controller.log", flags=flags) as proc:
                 await client.create(SANDBOX_WARM_POOLS, pool("huge", "tpl", 10**6), ns)
                 # until a second pass has started (more than one batch), or 20 s
-                with contextlib.suppress(AssertionError):
-                    await until(
-                        lambda: _async(len(creates) > 320 and any(r > 0 for _, _, r in writes)),
-                        "a second pass",
-                        within=max(0.0, started + 20 - time.monotonic()),
-                    )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(progress.wait(), started + 22 - time.monotonic())
                 deleted_at = time.monotonic()
                 await client.delete(SANDBOX_WARM_POOLS, "huge", ns)
-                await asyncio.sleep(min(8.0, max(0.0, hard_stop - time.monotonic())))
+                # creates 5 s after the delete or later would be seen by now
+                await asyncio.sleep(min(6.5, max(0.0, hard_stop - time.monotonic())))
+                assert proc.poll() is None, "the controller exited"
         finally:
             for inf in (sandboxes, pools):
                 await inf.stop()
