@@ -149,8 +149,11 @@ def test_the_alerts_are_a_prometheus_rule_with_the_three_kinds() -> None:
         assert rule["labels"]["severity"] in ("warning", "critical"), name
         assert rule["annotations"]["summary"] and rule["annotations"]["description"], name
         assert re.fullmatch(r"\d+m", rule["for"]), name
-        doc, _, _ = rule["annotations"]["runbook"].partition("#")
+        doc, _, anchor = rule["annotations"]["runbook"].partition("#")
         assert (DEPLOY.parent / doc).is_file(), (name, doc)
+        headings = re.findall(r"^#+ (.+)$", (DEPLOY.parent / doc).read_text(), re.M)
+        slugs = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in headings}
+        assert not anchor or anchor in slugs, (name, anchor, slugs)
 
 
 # ----------------------------------------------------------------------------- vs a controller
