@@ -324,9 +324,14 @@ async def test_pvcs_are_created_owned_wired_into_the_pod_and_survive_suspend(
     assert {"name": "data", "persistentVolumeClaim": {"claimName": "data-disk"}} in pod["spec"][
         "volumes"
     ]
-    # no PV provisioner runs here: the pod may stay Pending, and the Sandbox says so
-    sb = await client.get(SANDBOXES, "disk", namespace)
-    assert condition(sb, "Ready") is not None
+
+    # no PV provisioner runs here: the pod may stay Pending, and the Sandbox says so (within
+    # the first-status grace, 1 s: a first "not ready yet" status waits that long for the pod)
+    async def reported() -> dict[str, Any] | None:
+        sb = await client.get(SANDBOXES, "disk", namespace)
+        return sb if condition(sb, "Ready") is not None else None
+
+    await until(reported, "the Sandbox's Ready condition")
 
     await client.patch(SANDBOXES, "disk", {"spec": {"replicas": 0}}, namespace)
 

@@ -8,6 +8,7 @@ named after the rule they check.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -194,6 +195,7 @@ def rig(
     *pods: dict[str, Any],
     service: dict[str, Any] | None = None,
     pvcs: tuple[dict[str, Any], ...] = (),
+    grace: float = 0.0,
 ) -> Rig:
     client, recorder = FakeClient(), Recorder()
     for obj in (*pods, *((service,) if service else ()), *pvcs):
@@ -207,6 +209,8 @@ def rig(
         recorder,  # type: ignore[arg-type]
         clock=lambda: NOW,
     )
+    # the first-status hold has its own tests below; the others check every write of one pass
+    reconciler.first_status_grace = grace
     return Rig(reconciler, client, recorder)
 
 
@@ -295,6 +299,63 @@ async def test_a_pod_we_delete_is_no_longer_stood_in_for() -> None:
     before = len(r.client.calls)
     await r.run()
     assert [c.key for c in r.client.calls[before:] if c.verb in ("delete", "create")] == []
+
+
+# ---------------------------------------------------------------------- first status hold
+def _statuses(r: Rig) -> list[Any]:
+    return [c.body for c in r.client.calls if c.key[1] == STATUS]
+
+
+async def test_the_first_not_ready_status_waits_for_the_new_pod_to_become_ready() -> None:
+    """Right after creating the pod, a first status that would only say DependenciesNotReady
+    is held back (the pass asks to look again within the grace); the pass the pod's Ready event
+    brings writes one status, Ready=True: one write instead of two."""
+    sb = sandbox()
+    r = rig(sb, grace=5.0)
+    result = await r.run()
+    assert ("create", POD, "my-sandbox") in r.client.sent()
+    assert _statuses(r) == []
+    assert result is not None and 0 < result.requeue_after <= 5.0
+    r.reconciler.pods = _Cache(running_pod())  # type: ignore[assignment]
+    await r.run()
+    [body] = _statuses(r)
+    assert ready_of(body["status"])[:2] == ("True", "DependenciesReady")
+
+
+async def test_a_pod_still_not_ready_after_the_grace_gets_its_not_ready_status() -> None:
+    r = rig(sandbox(), grace=0.02)
+    await r.run()
+    assert _statuses(r) == []
+    await asyncio.sleep(0.03)
+    r.reconciler.pods = _Cache(pod(phase="Pending"))  # type: ignore[assignment]
+    await r.run()
+    [body] = _statuses(r)
+    assert ready_of(body["status"])[:2] == ("False", "DependenciesNotReady")
+
+
+async def test_a_failed_pod_create_writes_its_status_at_once() -> None:
+    r = rig(sandbox(), grace=5.0)
+    r.client.fail[("create", POD, "my-sandbox")] = boom()
+    await r.fails()
+    [body] = _statuses(r)
+    assert ready_of(body["status"])[:2] == ("False", "ReconcilerError")
+
+
+async def test_a_sandbox_with_a_status_is_never_held_back() -> None:
+    """A pod recreated for a Sandbox that already reported (e.g. Ready before its pod was
+    deleted) changes its status at once: only a first status waits."""
+    sb = settled(sandbox(), running_pod())
+    r = rig(sb, grace=5.0)
+    await r.run()
+    [body] = _statuses(r)
+    assert ready_of(body["status"])[:2] == ("False", "DependenciesNotReady")
+
+
+async def test_a_grace_of_zero_writes_the_first_status_at_once() -> None:
+    r = rig(sandbox(), grace=0.0)
+    await r.run()
+    [body] = _statuses(r)
+    assert ready_of(body["status"])[:2] == ("False", "DependenciesNotReady")
 
 
 async def test_deletes_carry_the_uid_precondition() -> None:

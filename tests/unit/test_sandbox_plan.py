@@ -1377,3 +1377,19 @@ async def test_an_up_to_date_sandbox_makes_no_api_call() -> None:
     reconciler = _reconciler(sb)
     reconciler.pods = _Cache(running_pod())
     assert await reconciler.reconcile(Request(NS, "my-sandbox")) is None
+
+
+# ------------------------------------------------------------------- first pending status
+def test_is_first_pending_status_only_for_a_first_dependencies_not_ready() -> None:
+    from agentsandbox.controllers.sandbox_plan import is_first_pending_status
+
+    def status(ready: str, reason: str) -> dict[str, Any]:
+        return {"conditions": [{"type": "Ready", "status": ready, "reason": reason}]}
+
+    pending = status("False", "DependenciesNotReady")
+    assert is_first_pending_status({}, pending)
+    assert not is_first_pending_status(pending, pending)  # not the first status
+    assert not is_first_pending_status({}, status("True", "DependenciesReady"))
+    assert not is_first_pending_status({}, status("False", "ReconcilerError"))
+    assert not is_first_pending_status({}, status("False", "SandboxSuspended"))
+    assert not is_first_pending_status({}, {})

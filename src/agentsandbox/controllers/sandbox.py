@@ -65,6 +65,7 @@ from .sandbox_plan import (
     compute_status,
     error_events,
     finish,
+    is_first_pending_status,
     plan,
     plan_pod,
     plan_pvc,
@@ -80,6 +81,9 @@ P = TypeVar("P", ChildStep, PodPlan)
 
 log = logging.getLogger("agentsandbox.sandbox")
 CREATED_POD_TTL = 10.0  # seconds a created pod may stay unseen by the cache before it is forgotten
+# After creating a Sandbox's pod, its first status is held back this long while it would only say
+# "DependenciesNotReady": a pod Ready by then costs one status write, not two.
+FIRST_STATUS_GRACE = 1.0
 
 CONTROLLER_NAME: Final = "sandbox"
 #: Pod index: ``<namespace>/<tracking label value>``, to notice several pods for one Sandbox.
@@ -163,6 +167,10 @@ class SandboxReconciler:
         # pairs for 650 sandboxes at 30 claims/s)
         self._created_pods: dict[tuple[str, str], tuple[float, KubeObject]] = {}
         self._unconfirmed: set[tuple[str, str]] = set()  # sandboxes decided on such a pod
+        # sandboxes whose pod this process just created -> until when (monotonic) a first
+        # "pod not ready yet" status is held back (FIRST_STATUS_GRACE; 0 turns it off)
+        self.first_status_grace = FIRST_STATUS_GRACE
+        self._hold_first_status: dict[tuple[str, str], float] = {}
 
     # ---------------------------------------------------------------- observe
     def observe(self, sandbox: KubeObject) -> Snapshot:
@@ -272,6 +280,8 @@ class SandboxReconciler:
             lambda live: plan_pod(with_pod(snap, live), blocking),
         )
         outcome(pod_plan.step, failure)
+        if pod_plan.step.action is Action.CREATE and failure is None and pod is not None:
+            self._hold_first_status_of(ns, meta["name"])
         if failure is not None:  # the pod write failed: the annotation stays as it is
             annotation = (meta.get("annotations") or {}).get(keys.ANNOTATION_POD_NAME) or None
         else:
@@ -295,8 +305,10 @@ class SandboxReconciler:
         status = compute_status(snap, pod, service, messages, self.clock())
         done = finish(snap, status, self.clock())
         self._record(sandbox, [*events, *error_events(errors), *done.events])
+        held = None if messages else self._first_status_hold(sandbox, done.status)
         try:
-            await self._write_status(sandbox, done.status)
+            if held is None:
+                await self._write_status(sandbox, done.status)
         except KubeError as err:
             messages.append(f"status update failed: {_message(err)}")
         if messages:
@@ -306,6 +318,8 @@ class SandboxReconciler:
                 f"{ns}/{meta['name']}", messages, retry_within=done.requeue_after
             )
         requeue = done.requeue_after
+        if held is not None:  # the pod's Ready event comes first, or this pass writes it
+            requeue = min(requeue or held, held)
         if (ns, meta["name"]) in self._unconfirmed:
             # decided on a pod the cache has not confirmed: look again once it must have
             self._unconfirmed.discard((ns, meta["name"]))
@@ -365,6 +379,31 @@ class SandboxReconciler:
             # a failed metadata sync leaves our child as it was: still report it; a child we
             # failed to create, delete or adopt is reported as none
             return planned, _as_object(step.kept), step.wrap + _message(err)
+
+    def _first_status_hold(
+        self, sandbox: Mapping[str, Any], status: Mapping[str, Any]
+    ) -> float | None:
+        """Seconds to hold this pass's status write back (None: write it now)."""
+        meta = sandbox["metadata"]
+        key = (meta["namespace"], meta["name"])
+        until = self._hold_first_status.get(key)
+        if until is None:
+            return None
+        left = until - time.monotonic()
+        if left <= 0 or not is_first_pending_status(sandbox.get("status") or {}, status):
+            del self._hold_first_status[key]
+            return None
+        return left
+
+    def _hold_first_status_of(self, namespace: str, sandbox: str) -> None:
+        if self.first_status_grace <= 0:
+            return
+        now = time.monotonic()
+        memory = self._hold_first_status
+        memory[(namespace, sandbox)] = now + self.first_status_grace
+        if len(memory) > 1024:  # sandboxes never looked at again (deleted at once)
+            for key in [k for k, t in memory.items() if t < now]:
+                del memory[key]
 
     def _remember_created_pod(self, namespace: str, name: str, pod: KubeObject) -> None:
         now = time.monotonic()

@@ -98,6 +98,7 @@ __all__ = [
     "expired_status",
     "expiry_phase",
     "finish",
+    "is_first_pending_status",
     "plan",
     "plan_expiry",
     "plan_pod",
@@ -942,6 +943,25 @@ def finish(snap: Snapshot, status: Mapping[str, Any], now: datetime) -> Finish:
         return Finish(dict(status), max(remaining, MIN_EXPIRY_REQUEUE), False)
     expired = _with_expired_ready(status, snap.sandbox, now)
     return Finish(expired, IMMEDIATE_REQUEUE, True, (_expiry_event(snap.sandbox),))
+
+
+def is_first_pending_status(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """``new`` would be the Sandbox's first status and only says its pod is on its way.
+
+    True when ``old`` has no Ready condition (no status was written yet) and ``new``'s Ready is
+    False with reason ``DependenciesNotReady`` (no error, not suspended, not expired). The
+    Sandbox controller holds such a write back for a moment after creating the pod: a pod that
+    becomes Ready in that time gets one status write (Ready) instead of two (a deliberate
+    deviation, docs/sandbox-controller.md).
+    """
+    if find_condition(old.get("conditions"), CONDITION_READY) is not None:
+        return False
+    ready = find_condition(new.get("conditions"), CONDITION_READY)
+    return (
+        ready is not None
+        and ready.get("status") == FALSE
+        and ready.get("reason") == REASON_DEPENDENCIES_NOT_READY
+    )
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
