@@ -433,3 +433,24 @@ def test_helm_uninstall_keeps_the_crds(
         for r in helm_cluster.api("GET", roles)["items"]
         if r["metadata"]["name"].startswith("agent-sandbox-controller")
     ]
+
+
+def test_helm_takes_over_a_kustomize_install(
+    helm_cluster: DevCluster, upgraded: dict[str, Any], home: Path
+) -> None:
+    """Runs after the uninstall: `kubectl apply -k deploy/`, then `helm install --take-ownership`
+    adopts those objects in place (same names and selector), as docs/operations.md says."""
+    kube = ["--kubeconfig", str(helm_cluster.kubeconfig), "--namespace", SYSTEM_NS]
+    helm_cluster.kubectl("apply", "-k", str(DEPLOY))
+    helm("install", RELEASE, str(CHART), *kube, "--take-ownership", home=home)
+    deployment = helm_cluster.api(
+        "GET", f"/apis/apps/v1/namespaces/{SYSTEM_NS}/deployments/agent-sandbox-controller"
+    )
+    assert deployment["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    assert deployment["metadata"]["annotations"]["meta.helm.sh/release-name"] == RELEASE
+    role = helm_cluster.api(
+        "GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/agent-sandbox-controller"
+    )
+    assert role["metadata"]["annotations"]["meta.helm.sh/release-name"] == RELEASE
+    status = yaml.safe_load(helm("status", RELEASE, *kube, "-o", "yaml", home=home).stdout)
+    assert status["info"]["status"] == "deployed"
