@@ -48,6 +48,7 @@ from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.resources import (
     CONFIGMAPS,
+    EVENTS,
     NAMESPACES,
     NETWORKPOLICIES,
     PODS,
@@ -193,6 +194,7 @@ class Run:
     versions: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)
     taken_claim: dict[str, Any] = field(default_factory=dict)
+    event_notes: list[str] = field(default_factory=list)
 
 
 FORGED = ("forged-orphan", "forged-owner")
@@ -363,6 +365,9 @@ async def _scenario(client: Client, cluster: DevCluster, ns: str, tmp: Path) -> 
             assert proc.poll() is None, "the controller exited"
     finally:
         await watch.stop()
+    out.event_notes = [
+        f"{ev.get('reason')}: {ev.get('note')}" for ev in (await client.list(EVENTS, ns)).items
+    ]
     for resource, body in foreign:
         name = body["metadata"]["name"]
         now = await client.get(resource, name, ns)
@@ -418,4 +423,9 @@ def test_no_secret_in_any_log_line(run: Run) -> None:
     }
     leaks = [ln for ln in lines for form in forms if form in ln]
     assert leaks == [], f"{len(leaks)} log lines carry the canary, e.g. {leaks[0][:300]}"
-    print(f"\n{len(lines)} log lines ({len(debug)} debug), no canary")
+    # Events are read by more people than logs: none of ours repeats the canary either
+    assert len(run.event_notes) >= 5
+    assert [n for n in run.event_notes if any(f in n for f in forms)] == []
+    print(
+        f"\n{len(lines)} log lines ({len(debug)} debug), {len(run.event_notes)} events, no canary"
+    )
