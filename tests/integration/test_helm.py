@@ -15,6 +15,7 @@ a temporary directory by :func:`previous_chart`.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -260,6 +261,29 @@ def test_every_controller_flag_is_a_value_and_renders_as_the_binary_parses_it(
     assert parsed["metrics-bind-address"] == ":9090"
     assert parsed["health-probe-bind-address"] == ":9091"
     assert parsed["extensions"] is True and parsed["enable-tracing"] is True
+
+
+def test_the_values_schema_types_every_flag_and_helm_enforces_it(home: Path) -> None:
+    """values.schema.json: each `flags:` entry has the flag's type (or null), so helm refuses a
+    wrong value at install time instead of the pod exiting 1 at start."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    fs = build_flagset()
+    # `--set x=2.5` passes a string: a decimal flag takes a number or a numeric string
+    want = {"bool": ["boolean"], "int": ["integer"], "float": ["number", "string"]}
+    props = schema["properties"]["flags"]["properties"]
+    assert set(props) == set(yaml.safe_load((CHART / "values.yaml").read_text())["flags"])
+    for name, prop in props.items():
+        flag = fs.flags["".join(f"-{c.lower()}" if c.isupper() else c for c in name)]
+        assert prop["type"] == [*want.get(flag.kind, ["string"]), "null"], name
+    for bad, message in (
+        ("flags.kubeApiQps=fast", "does not match pattern"),
+        ("flags.kubeApiBurst=many", "want null or integer"),
+        ("flags.sandboxWarmPoolReplenishDelay=5x", "does not match pattern"),
+        ("flags.noSuchFlag=1", "additional properties 'noSuchFlag' not allowed"),
+        ("metrics.port=0", "minimum"),
+    ):
+        result = helm("template", RELEASE, str(CHART), "--set", bad, home=home, check=False)
+        assert result.returncode != 0 and message in result.stderr, (bad, result.stderr)
 
 
 # ------------------------------------------------------------------------------ a real API server
