@@ -32,7 +32,7 @@ COPY --from=build /dist /dist
 COPY --from=build /src/.wheelhouse /wheelhouse
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install -q --no-cache-dir --no-index --find-links /wheelhouse /dist/*.whl \
- && /opt/venv/bin/pip uninstall -q -y pip setuptools || true
+ && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools
 
 # ---- runtime
 FROM ${PYTHON_IMAGE}
