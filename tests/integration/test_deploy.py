@@ -670,8 +670,8 @@ def exercise_controller(cluster: DevCluster, ns: str, alive: Callable[[], bool],
         lambda: get_if(
             cluster,
             f"{ext}/sandboxtemplates/py",
-            lambda t: (t["metadata"].get("labels") or {}).get(
-                "agents.x-k8s.io/sandbox-template-ref-hash"
+            lambda t: bool(
+                (t["metadata"].get("labels") or {}).get("agents.x-k8s.io/sandbox-template-ref-hash")
             ),
         ),
         "template py labelled with its ref hash",
