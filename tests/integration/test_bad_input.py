@@ -47,7 +47,7 @@ from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import ApiError, NotFound
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
-from agentsandbox.kube.resources import EVENTS, NAMESPACES, NETWORKPOLICIES, Resource
+from agentsandbox.kube.resources import EVENTS, NAMESPACES, NETWORKPOLICIES, PODS, Resource
 
 from .invariants import controller_process
 from .runtime_helpers import running, sample
@@ -543,7 +543,7 @@ class TestAcceptedThenReported:
         assert (
             await client.list(SANDBOXES, home, field_selector=f"metadata.name={name}")
         ).items == []
-        ev = await event(client, name, home, reason, within=2.0)
+        ev = await event(client, name, home, reason, within=1.0)
         assert what in ev["note"]
 
     async def test_pool_whose_pod_spec_the_apiserver_rejects_is_held_not_churned(
@@ -655,7 +655,7 @@ class TestAcceptedThenReported:
         c = await reported(client, SANDBOX_CLAIMS, "c-meta", home, "InvalidMetadata")
         assert "must be no more than 63 characters" in ready_of(c)["message"]
         await assert_left_alone(client, SANDBOX_CLAIMS, "c-meta", home)
-        ev = await event(client, "c-meta", home, "InvalidMetadata", within=2.0)
+        ev = await event(client, "c-meta", home, "InvalidMetadata", within=1.0)
         assert LONG_VALUE in ev["note"]
 
     @pytest.mark.xfail(
@@ -678,7 +678,7 @@ class TestAcceptedThenReported:
         await assert_left_alone(client, SANDBOX_TEMPLATES, "tpl-badnp", home)
         with pytest.raises(NotFound):
             await client.get(NETWORKPOLICIES, "tpl-badnp-network-policy", home)
-        ev = await event(client, "tpl-badnp", home, None, within=2.0)
+        ev = await event(client, "tpl-badnp", home, None, within=1.0)
         assert 'Invalid value: "10.0.0.0/33"' in ev["note"]
 
     async def test_longest_names_every_kind_accepts_serve_a_claim(
@@ -711,11 +711,26 @@ async def _async(value: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------ 10^6
-QPS = 50
+QPS = 40
 
 
 class CreatesAfterDelete(AssertionError):
     """The one known failure of the 10^6 test (see its xfail): any other assertion fails it."""
+
+
+async def drain(client: Client, ns: str, within: float = 40.0) -> float:
+    """Delete the namespace's sandboxes and wait for them and their pods to be gone, so that
+    the hundreds this test made do not load the control plane under the tests after it.
+    Returns how long it took."""
+    t0 = time.monotonic()
+    await client.delete_collection(SANDBOXES, ns, propagation_policy="Background")
+    while time.monotonic() - t0 < within:
+        left = len((await client.list(SANDBOXES, ns)).items)
+        left += len((await client.list(PODS, ns)).items)
+        if not left:
+            break
+        await asyncio.sleep(0.5)
+    return time.monotonic() - t0
 
 
 @pytest.mark.xfail(
@@ -765,6 +780,8 @@ async def test_a_million_replicas_are_created_in_bounded_passes_and_stop_with_th
                 f"--kube-api-qps={QPS}",
                 f"--kube-api-burst={QPS}",
                 "--sandbox-warm-pool-max-batch-size=300",
+                # one Sandbox worker: fewer pods competing with the pool for the limiter
+                "--sandbox-concurrent-workers=1",
                 "--zap-log-level=info",
             )
             with controller_process(cluster, tmp_path / "controller.log", flags=flags) as proc:
@@ -780,11 +797,13 @@ async def test_a_million_replicas_are_created_in_bounded_passes_and_stop_with_th
         finally:
             for inf in (sandboxes, pools):
                 await inf.stop()
+            cleanup = await drain(client, ns)
     first = creates[0]
     during = [t for t in creates if t <= deleted_at]
     span = deleted_at - first
+    print(f"\n10^6 replicas: cleaned up in {cleanup:.1f}s")
     print(
-        f"\n10^6 replicas: {len(during)} creates in {span:.1f}s ({len(during) / span:.1f}/s, "
+        f"10^6 replicas: {len(during)} creates in {span:.1f}s ({len(during) / span:.1f}/s, "
         f"QPS {QPS}); pool status writes: {[(round(t - first, 1), n, r) for t, n, r in writes]};"
         f" {len(creates) - len(during)} creates after the delete, the last "
         f"{max(creates) - deleted_at:.1f}s after it"
