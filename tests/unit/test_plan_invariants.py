@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 from agentsandbox.api import keys
@@ -31,7 +31,7 @@ from agentsandbox.api.hashing import name_hash, pod_template_hash, sandbox_bluep
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
 from agentsandbox.api.owners import controller_of
 from agentsandbox.controllers.claim_plan import adoptable, adoption_patch, candidate_problem
-from agentsandbox.controllers.warmpool_plan import Settings, Snapshot, plan
+from agentsandbox.controllers.warmpool_plan import Plan, Settings, Snapshot, plan
 
 NOW = 1_800_000_000.0
 NS = "home"
@@ -101,34 +101,35 @@ def owner_refs(kind: str) -> list[dict[str, Any]]:
 
 
 @st.composite
-def sandboxes(draw: st.DrawFn, tpl: dict[str, Any]) -> dict[str, Any]:
+def sandboxes(
+    draw: st.DrawFn, tpl: dict[str, Any], owners: tuple[str, ...] = OWNERS
+) -> dict[str, Any]:
     """One sandbox as a cache could show it to the pool or a claim."""
     i = draw(st.integers(0, 10**6))
-    kind = draw(st.sampled_from(OWNERS))
-    image = draw(st.sampled_from(["app:v1", "app:v1", "app:v2"]))  # v2: another pod spec
+    kind = draw(st.sampled_from(owners))
+    image = draw(st.sampled_from(["app:v1", "app:v2"]))  # v2: another pod spec
     pod_spec = apply_sandbox_secure_defaults(
         tpl, {"containers": [{"name": "main", "image": image}]}
     )
     labels: dict[str, str] = {}
     if draw(st.booleans()) or kind == MINE:
         labels[keys.LABEL_WARM_POOL_SANDBOX] = name_hash("pool")
-    if draw(st.integers(0, 4)):  # mostly the right template hash, sometimes another
-        labels[keys.LABEL_SANDBOX_TEMPLATE_REF_HASH] = name_hash(
-            draw(st.sampled_from(["tpl", "tpl", "other-tpl"]))
-        )
+    ref = draw(st.sampled_from(["tpl", "other-tpl", None]))  # the template hash, another, none
+    if ref is not None:
+        labels[keys.LABEL_SANDBOX_TEMPLATE_REF_HASH] = name_hash(ref)
     if draw(st.booleans()):  # forged or real hash labels
         labels[keys.LABEL_SANDBOX_POD_TEMPLATE_HASH] = pod_template_hash(tpl["spec"]["podTemplate"])
         labels[keys.LABEL_SANDBOX_TEMPLATE_HASH] = sandbox_blueprint_hash(tpl["spec"])
     meta: dict[str, Any] = {
         "name": f"sb-{i}",
-        "namespace": draw(st.sampled_from([NS, NS, NS, "elsewhere"])),
+        "namespace": draw(st.sampled_from([NS, "elsewhere"])),
         "uid": f"sb-uid-{i}",
         "resourceVersion": str(draw(st.integers(1, 10**6))),
         "labels": labels,
         "creationTimestamp": iso(NOW - draw(st.sampled_from([1.0, 30.0, 400.0, 4000.0]))),
         "ownerReferences": owner_refs(kind),
     }
-    if draw(st.integers(0, 5)) == 0:
+    if draw(st.sampled_from([False, False, False, True])):
         meta["deletionTimestamp"] = iso(NOW - 1)
     status: dict[str, Any] = {}
     ready = draw(st.sampled_from(["True", "False", None]))
@@ -167,11 +168,13 @@ TPL = template()
 
 @st.composite
 def pool_states(draw: st.DrawFn) -> Snapshot:
-    replicas = draw(st.integers(0, 12))
+    replicas = draw(st.one_of(st.integers(0, 3), st.integers(0, 16)))
     strategy = draw(st.sampled_from([None, "Recreate", "OnReplenish", "Rolling"]))
     p = the_pool(replicas, strategy)
     # the pool lists the sandboxes labelled with its hash: every one of them here
-    sbs = unique(draw(st.lists(sandboxes(TPL), max_size=20)))
+    # half of them the pool's own, so that scale-downs (excess deletes) are common too
+    mixed = (*[MINE] * len(OWNERS), *OWNERS)
+    sbs = unique(draw(st.lists(sandboxes(TPL, owners=mixed), max_size=16)))
     for sb in sbs:
         sb["metadata"]["namespace"] = NS
         sb["metadata"]["labels"][keys.LABEL_WARM_POOL_SANDBOX] = name_hash("pool")
@@ -303,10 +306,12 @@ CLAIM_OBJ = {
 
 @st.composite
 def claim_states(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    sb = draw(sandboxes(TPL))
+    # half of them controlled by the pool, so that the adoptable case is common too
+    sb = draw(sandboxes(TPL, owners=(*[MINE] * len(OWNERS), *OWNERS)))
     pool_obj = draw(
         st.sampled_from(
             [
+                the_pool(3, None),
                 the_pool(3, None),
                 the_pool(3, "Recreate"),
                 the_pool(3, None, name="other"),
@@ -356,3 +361,33 @@ def test_a_claim_never_adopts_a_sandbox_not_controlled_by_its_pool(
         assert meta["labels"].get(keys.LABEL_WARM_POOL_SANDBOX, "gone") is None
     else:
         assert isinstance(problem, str) and problem
+
+
+def test_the_random_states_reach_every_decision() -> None:
+    """The properties above mean something only if the generators reach each kind of plan:
+    creates, adoptions, stale, stuck and excess deletes, and a claim's adoptable candidate."""
+    search = settings(
+        max_examples=2000,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],  # no shrinking
+    )
+    hits: dict[str, Callable[[Plan], bool]] = {
+        "create": lambda p: p.create > 0,
+        "adopt": lambda p: bool(p.adopt),
+        "stale": lambda p: bool(p.delete_stale),
+        "stuck": lambda p: bool(p.delete_stuck),
+        "excess": lambda p: bool(p.delete_excess),
+    }
+    for what, hit in hits.items():
+
+        def reached(snap: Snapshot, hit: Callable[[Plan], bool] = hit) -> bool:
+            return hit(plan(snap))
+
+        assert find(pool_states(), reached, settings=search), what
+    pod_hash = pod_template_hash(TPL["spec"]["podTemplate"])
+    assert find(
+        claim_states(),
+        lambda st: candidate_problem(st[0], NS, TPL, st[1], pod_hash) is None,
+        settings=search,
+    )
