@@ -210,7 +210,7 @@ def rig(
         clock=lambda: NOW,
     )
     # the first-status hold has its own tests below; the others check every write of one pass
-    reconciler.first_status_grace = grace
+    reconciler.first_status.grace = grace
     return Rig(reconciler, client, recorder)
 
 
@@ -356,6 +356,34 @@ async def test_a_grace_of_zero_writes_the_first_status_at_once() -> None:
     await r.run()
     [body] = _statuses(r)
     assert ready_of(body["status"])[:2] == ("False", "DependenciesNotReady")
+
+
+# ---------------------------------------------------------------------- status memory
+async def test_a_pass_before_the_cache_shows_our_status_write_does_not_write_it_again() -> None:
+    """The status write's answer stands in for the cached status until the cache shows that
+    version: a second pass (our pod patch's event, say) on the stale cache writes nothing."""
+    sb = sandbox()
+    r = rig(sb, running_pod())
+    r.client.objects[(SANDBOX_KIND, "my-sandbox")] = {
+        "metadata": {"name": "my-sandbox", "uid": UID, "resourceVersion": "100"}
+    }
+    original_patch = r.client.patch
+
+    async def patch(resource: Resource, name: str, body: Any, *a: Any, **kw: Any) -> Any:
+        answer = await original_patch(resource, name, body, *a, **kw)
+        answer["metadata"] = {**answer["metadata"], "resourceVersion": "101"}
+        return answer
+
+    r.client.patch = patch  # type: ignore[method-assign,assignment]
+    await r.run()
+    assert len(_statuses(r)) == 1
+    await r.run()  # the cache still holds resourceVersion 100 without a status
+    assert len(_statuses(r)) == 1
+    # once the cache shows our version, it is the cache that counts again
+    shown = settled(sb, running_pod())
+    shown["metadata"] = {**shown["metadata"], "resourceVersion": "101"}
+    r.reconciler.status_memory.seen(shown)
+    assert len(r.reconciler.status_memory) == 0
 
 
 async def test_deletes_carry_the_uid_precondition() -> None:

@@ -35,6 +35,7 @@ from agentsandbox.api.kinds import SANDBOX
 from agentsandbox.api.owners import controller_of
 from agentsandbox.api.resources import SANDBOXES
 from agentsandbox.controllers.podcache import pod_informer
+from agentsandbox.controllers.sandbox_memory import FirstStatusHold, StatusMemory
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.controller import (
     Controller,
@@ -65,7 +66,6 @@ from .sandbox_plan import (
     compute_status,
     error_events,
     finish,
-    is_first_pending_status,
     plan,
     plan_pod,
     plan_pvc,
@@ -81,9 +81,6 @@ P = TypeVar("P", ChildStep, PodPlan)
 
 log = logging.getLogger("agentsandbox.sandbox")
 CREATED_POD_TTL = 10.0  # seconds a created pod may stay unseen by the cache before it is forgotten
-# After creating a Sandbox's pod, its first status is held back this long while it would only say
-# "DependenciesNotReady": a pod Ready by then costs one status write, not two.
-FIRST_STATUS_GRACE = 1.0
 
 CONTROLLER_NAME: Final = "sandbox"
 #: Pod index: ``<namespace>/<tracking label value>``, to notice several pods for one Sandbox.
@@ -167,10 +164,12 @@ class SandboxReconciler:
         # pairs for 650 sandboxes at 30 claims/s)
         self._created_pods: dict[tuple[str, str], tuple[float, KubeObject]] = {}
         self._unconfirmed: set[tuple[str, str]] = set()  # sandboxes decided on such a pod
-        # sandboxes whose pod this process just created -> until when (monotonic) a first
-        # "pod not ready yet" status is held back (FIRST_STATUS_GRACE; 0 turns it off)
-        self.first_status_grace = FIRST_STATUS_GRACE
-        self._hold_first_status: dict[tuple[str, str], float] = {}
+        self.first_status = FirstStatusHold()  # see sandbox_memory
+        self.status_memory = StatusMemory()
+        add_handler = getattr(sandboxes, "add_handler", None)
+        if add_handler is not None:
+            memory = self.status_memory
+            add_handler(memory.seen, memory.seen_update, memory.seen_delete)
 
     # ---------------------------------------------------------------- observe
     def observe(self, sandbox: KubeObject) -> Snapshot:
@@ -218,9 +217,10 @@ class SandboxReconciler:
     # ---------------------------------------------------------------- reconcile
     async def reconcile(self, req: Request) -> Result | None:
         self._unconfirmed.discard((req.namespace, req.name))
-        sandbox = self.sandboxes.get(req.name, req.namespace)
-        if sandbox is None or sandbox["metadata"].get("deletionTimestamp"):
+        cached = self.sandboxes.get(req.name, req.namespace)
+        if cached is None or cached["metadata"].get("deletionTimestamp"):
             return None  # no finalizer: children go with the garbage collector
+        sandbox = self.status_memory.apply(cached)  # our last status write, if the cache lags
         snap = self.observe(sandbox)
         decision = plan(snap)
         if decision.phase is Phase.MARK_EXPIRED:
@@ -281,7 +281,7 @@ class SandboxReconciler:
         )
         outcome(pod_plan.step, failure)
         if pod_plan.step.action is Action.CREATE and failure is None and pod is not None:
-            self._hold_first_status_of(ns, meta["name"])
+            self.first_status.pod_created(ns, meta["name"])
         if failure is not None:  # the pod write failed: the annotation stays as it is
             annotation = (meta.get("annotations") or {}).get(keys.ANNOTATION_POD_NAME) or None
         else:
@@ -305,7 +305,7 @@ class SandboxReconciler:
         status = compute_status(snap, pod, service, messages, self.clock())
         done = finish(snap, status, self.clock())
         self._record(sandbox, [*events, *error_events(errors), *done.events])
-        held = None if messages else self._first_status_hold(sandbox, done.status)
+        held = None if messages else self.first_status.left(sandbox, done.status)
         try:
             if held is None:
                 await self._write_status(sandbox, done.status)
@@ -380,31 +380,6 @@ class SandboxReconciler:
             # failed to create, delete or adopt is reported as none
             return planned, _as_object(step.kept), step.wrap + _message(err)
 
-    def _first_status_hold(
-        self, sandbox: Mapping[str, Any], status: Mapping[str, Any]
-    ) -> float | None:
-        """Seconds to hold this pass's status write back (None: write it now)."""
-        meta = sandbox["metadata"]
-        key = (meta["namespace"], meta["name"])
-        until = self._hold_first_status.get(key)
-        if until is None:
-            return None
-        left = until - time.monotonic()
-        if left <= 0 or not is_first_pending_status(sandbox.get("status") or {}, status):
-            del self._hold_first_status[key]
-            return None
-        return left
-
-    def _hold_first_status_of(self, namespace: str, sandbox: str) -> None:
-        if self.first_status_grace <= 0:
-            return
-        now = time.monotonic()
-        memory = self._hold_first_status
-        memory[(namespace, sandbox)] = now + self.first_status_grace
-        if len(memory) > 1024:  # sandboxes never looked at again (deleted at once)
-            for key in [k for k, t in memory.items() if t < now]:
-                del memory[key]
-
     def _remember_created_pod(self, namespace: str, name: str, pod: KubeObject) -> None:
         now = time.monotonic()
         memory = self._created_pods
@@ -470,10 +445,12 @@ class SandboxReconciler:
         if patch is None:
             return
         meta = sandbox["metadata"]
+        self.status_memory.forget(sandbox)  # whatever happens now, it is out of date
         with contextlib.suppress(NotFound):  # deleted meanwhile
-            await self.client.patch(
+            answer = await self.client.patch(
                 SANDBOXES, meta["name"], patch, meta["namespace"], subresource="status"
             )
+            self.status_memory.remember(sandbox, answer)
 
     def _record(self, sandbox: Mapping[str, Any], events: list[Event] | tuple[Event, ...]) -> None:
         if self.recorder is None:
