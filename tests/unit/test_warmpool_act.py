@@ -583,6 +583,43 @@ async def test_shutdown_stops_creates_between_batches_without_an_error() -> None
     assert h.ready_condition()["reason"] != REASON_CREATE_FAILED
 
 
+@pytest.mark.parametrize("how", ["deleted", "deletionTimestamp"])
+async def test_deleting_the_pool_cancels_its_create_batch_at_once(how: str) -> None:
+    """Bug found by the bad-input suite (10^6 replicas): a batch whose creates wait in the
+    client's rate limiter ran to its end after the pool was deleted. Now the pool's delete
+    (or its deletionTimestamp) cancels the batch: nothing more is sent, no error is reported,
+    and the creates that were never answered are no longer expected."""
+    t = template()
+    h = Harness(pool(7), t)
+    gate, third = asyncio.Event(), asyncio.Event()
+
+    async def hook(verb: str, name: str) -> None:
+        if verb == "create" and len(h.client.calls) >= 2:
+            if len(h.client.calls) == 3:
+                third.set()
+            await gate.wait()  # the second batch (2 creates) hangs, as in a rate limiter
+
+    h.client.hook = hook
+    task = asyncio.create_task(h.reconcile())
+    await third.wait()
+    uid = h.pool["metadata"]["uid"]
+    if how == "deleted":
+        h.pools.remove(h.pool)
+    else:
+        h.pools.put({**h.pool, "metadata": {**h.pool["metadata"], "deletionTimestamp": iso(NOW)}})
+    await asyncio.wait_for(task, 1.0)  # no error: the pool is gone
+    assert [v for v, _ in h.verbs()].count("create") == 3  # batches of 1, then 2: no third
+    assert h.reconciler.expectations.pending(uid).creates == 1  # only the answered one
+    gate.set()
+
+
+async def test_a_delete_signal_without_a_running_batch_leaves_nothing_behind() -> None:
+    h = Harness(pool(3), template())
+    h.reconciler._pool_gone(h.pool["metadata"]["uid"])  # no batch was running: nothing to stop
+    await h.reconcile()
+    assert [v for v, _ in h.verbs()].count("create") == 3  # a live pool is not held back
+
+
 async def test_setup_wires_the_controllers_stop_event_into_the_reconciler() -> None:
     host = FakeManager()
     controller = wp.setup(host, Settings())  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -290,6 +290,24 @@ class WarmPoolReconciler:
         sandboxes.add_index(POOL_INDEX, pool_index)
         pools.add_index(TEMPLATE_INDEX, template_index)
         sandboxes.add_handler(self._on_add, self._on_update, self._on_delete)
+        # pool UID -> set once the pool is deleted (or being deleted): its create batch stops
+        self._gone: dict[str, asyncio.Event] = {}
+        add_pool_handler = getattr(pools, "add_handler", None)
+        if add_pool_handler is not None:
+            add_pool_handler(None, self._on_pool_update, self._on_pool_delete)
+
+    # ---------------------------------------------------------------- pool deletion
+    def _on_pool_update(self, _old: KubeObject, new: KubeObject) -> None:
+        if new["metadata"].get("deletionTimestamp"):
+            self._pool_gone(new["metadata"].get("uid", ""))
+
+    def _on_pool_delete(self, pool: KubeObject) -> None:
+        self._pool_gone(pool["metadata"].get("uid", ""))
+
+    def _pool_gone(self, uid: str) -> None:
+        gone = self._gone.pop(uid, None)
+        if gone is not None:
+            gone.set()
 
     # ---------------------------------------------------------------- expectations observers
     def _on_add(self, sb: KubeObject) -> None:
@@ -535,13 +553,16 @@ class WarmPoolReconciler:
             CREATES.labels(ns, name, "success").inc()
 
         error: BaseException | None = None
+        gone = self._gone.setdefault(uid, asyncio.Event())
         try:
-            _, error = await slow_start_batch(count, 1, create, stop=self.stopping)
+            # the batch (its creates wait in the client's rate limiter) is cancelled the moment
+            # the pool is deleted: nothing is created for a pool that is gone
+            _, error = await _unless(gone, slow_start_batch(count, 1, create, stop=self.stopping))
         finally:  # failed, never sent, or cancelled: those creates will never be observed
             if ok < count:
                 self.expectations.creation_failed(uid, count - ok)
         if isinstance(error, BatchCancelled):
-            return  # shutting down: the next leader carries on
+            return  # shutting down, or the pool is gone: the next leader carries on
         if error is not None:
             outcome.create_error = error
             outcome.errors.append(error)
@@ -638,6 +659,28 @@ class WarmPoolReconciler:
         if event is not None and self.recorder is not None:
             kind, reason, note = event
             self.recorder.event(pool, kind, reason, note, action="Reconciling")
+
+
+async def _unless(
+    gone: asyncio.Event, work: Coroutine[Any, Any, tuple[int, BaseException | None]]
+) -> tuple[int, BaseException | None]:
+    """Run a slow-start batch ``work``; cancel it when ``gone`` is set first."""
+    if gone.is_set():
+        work.close()
+        return 0, BatchCancelled()
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(gone.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        return 0, BatchCancelled()
+    return task.result()
 
 
 class _BatchStop(Exception):
