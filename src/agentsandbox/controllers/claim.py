@@ -55,7 +55,7 @@ from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import NETWORKPOLICIES, Resource
 from agentsandbox.kube.store import KubeObject
 
-from . import claim_metrics
+from . import claim_metrics, tracing
 from .claim_handler import OWNER_INDEX, ClaimWatches
 from .claim_plan import (
     EVENT_ADOPTED,
@@ -163,6 +163,7 @@ class ClaimReconciler:
         self.claims_for_template = self.watches.claims_for_template
 
     # ---------------------------------------------------------------- reconcile
+    @tracing.reconcile_span
     async def reconcile(self, req: Request) -> Result | None:
         key = str(req)
         claim = self.claims.get(req.name, req.namespace)
@@ -275,6 +276,7 @@ class ClaimReconciler:
             "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}), **added}},
         }
 
+    @tracing.ready_span
     async def _first_ready(
         self, key: str, claim: KubeObject, sandbox: KubeObject | None, now: float
     ) -> None:
@@ -560,6 +562,7 @@ class ClaimReconciler:
         self.queue.take(choice[0], choice[1]["metadata"]["name"])
         return choice[1]
 
+    @tracing.adopt_span
     async def _adopt(
         self, claim: KubeObject, template: KubeObject, pools: Sequence[KubeObject]
     ) -> KubeObject | None:
@@ -639,6 +642,7 @@ class ClaimReconciler:
         owner = pool_owner(sb)
         return next((p for p in pools if p["metadata"]["name"] == owner), None)
 
+    @tracing.create_span
     async def _create(self, claim: KubeObject, template: KubeObject) -> KubeObject:
         meta = claim["metadata"]
         ns = meta["namespace"]
@@ -695,6 +699,7 @@ class ClaimReconciler:
         return created
 
     # ---------------------------------------------------------------- status
+    @tracing.status_span
     async def write_status(self, claim: KubeObject, status: Mapping[str, Any]) -> bool:
         """One merge patch of the status, preconditioned on the claim's resourceVersion.
         False when the claim changed under us (look again shortly)."""
