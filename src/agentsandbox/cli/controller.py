@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 
 from agentsandbox import __version__
 from agentsandbox.api.kinds import CORE_GROUP, EXTENSIONS_GROUP, V1BETA1
-from agentsandbox.kube import metrics
+from agentsandbox.kube import metrics, tracing
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.config import ConfigError
 from agentsandbox.kube.errors import KubeError, NotFound
@@ -36,6 +36,9 @@ log = logging.getLogger("agentsandbox.setup")
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 GIT_SHA = os.environ.get("AGENTSANDBOX_GIT_SHA", "unknown")
 BUILD_DATE = os.environ.get("AGENTSANDBOX_BUILD_DATE", "unknown")
+#: ``service.name`` of the spans unless OTEL_SERVICE_NAME (or OTEL_RESOURCE_ATTRIBUTES) says
+#: otherwise; also the tracer's name, as upstream.
+TRACING_SERVICE_NAME = "agent-sandbox-controller"
 
 
 class StartupError(Exception):
@@ -188,6 +191,18 @@ def register_controllers(mgr: Manager, opts: Options) -> None:
         template.setup(mgr, workers=opts.sandbox_template_concurrent_workers)
 
 
+def start_tracing() -> bool:
+    """``--enable-tracing``: OpenTelemetry spans over OTLP/HTTP, configured by the ``OTEL_*``
+    variables (see docs/tracing.md). False (after one error line) when the exporter cannot be
+    set up; only then is the OpenTelemetry SDK imported."""
+    try:
+        tracing.enable(TRACING_SERVICE_NAME, __version__)
+    except Exception as err:  # a missing package, a bad OTEL_* value
+        log.error("--enable-tracing: cannot set up the OpenTelemetry exporter: %s", err)
+        return False
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     flags = build_flagset()
@@ -219,8 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("ignoring positional arguments: %s", " ".join(rest))
     for line in opts.warnings():
         log.warning("%s", line)
-    if opts.enable_tracing:
-        log.warning("--enable-tracing: tracing is not implemented yet; continuing without it")
+    if opts.enable_tracing and not start_tracing():
+        return 1
     try:
         asyncio.run(run(opts))
     except (ConfigError, StartupError) as err:
@@ -234,6 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    finally:
+        tracing.shutdown()  # export the spans still buffered (nothing to do when off)
     return 0
 
 
