@@ -18,7 +18,7 @@ on ``/status``, adoption by a merge patch with a resourceVersion precondition, s
 can carry stale copies of another writer's fields.
 
 A writer that removes a key we own (the pool label of a member) gets the member replaced; the
-stripped sandbox then stays the pool's, uncounted (xfail, a bug: see the test).
+stripped sandbox is released by the pool (it was leaked before: bug 4, fixed).
 """
 
 from __future__ import annotations
@@ -294,15 +294,10 @@ async def wait_pool_converged(
 
 
 class StillControlled(AssertionError):
-    """The stripped sandbox is still the pool's (what the xfail below expects, nothing else)."""
+    """The stripped sandbox is still the pool's (fixed: the pool releases it, warmpool.py
+    ``release``)."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=StillControlled,
-    reason="bug: a pool sandbox stripped of the pool label stays controlled by the pool, "
-    "uncounted and never deleted or released (a running sandbox leaked until the pool goes)",
-)
 @pytest.mark.usefixtures("manager")
 async def test_a_member_stripped_of_the_pool_label_is_replaced_and_let_go(client: Client) -> None:
     """Another writer removes the pool label (a key we own) from a pool member: the pool must

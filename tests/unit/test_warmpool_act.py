@@ -133,6 +133,12 @@ class FakeClient:
         await self._call("delete", name, {"uid": uid, "resourceVersion": resource_version})
         return {}
 
+    async def patch(
+        self, resource: Resource, name: str, body: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        await self._call("patch", name, body)
+        return dict(body)
+
     async def apply(self, resource: Resource, obj: dict[str, Any], **kw: Any) -> dict[str, Any]:
         await self._call("apply", obj["metadata"]["name"], {"status": obj["status"], **kw})
         return dict(obj)
@@ -618,6 +624,60 @@ async def test_a_delete_signal_without_a_running_batch_leaves_nothing_behind() -
     h.reconciler._pool_gone(h.pool["metadata"]["uid"])  # no batch was running: nothing to stop
     await h.reconcile()
     assert [v for v, _ in h.verbs()].count("create") == 3  # a live pool is not held back
+
+
+def _strip_pool_label(sb: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(sb)
+    del out["metadata"]["labels"][keys.LABEL_WARM_POOL_SANDBOX]
+    out["metadata"]["resourceVersion"] = "42"
+    return out
+
+
+async def test_a_member_stripped_of_the_pool_label_is_released_with_a_precondition() -> None:
+    """Bug found by the other-writers suite: a member whose pool label another writer removed
+    stayed controlled by the pool, uncounted, never deleted: leaked. It is now released (its
+    owner references without the pool's, resourceVersion precondition) and replaced."""
+    t = template()
+    p = pool(2)
+    foreign = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "cm"}
+    member = sandbox(p, t)
+    member["metadata"]["ownerReferences"].append(foreign)
+    stripped = _strip_pool_label(member)
+    h = Harness(p, t, sandbox(p, t), stripped)
+    await h.reconcile()
+    patches = [(n, d) for v, n, d in h.client.calls if v == "patch"]
+    assert patches == [
+        (
+            stripped["metadata"]["name"],
+            {"metadata": {"resourceVersion": "42", "ownerReferences": [foreign]}},
+        )
+    ]
+    assert [v for v, _ in h.verbs()].index("patch") < [v for v, _ in h.verbs()].index("create")
+    assert [v for v, _ in h.verbs()].count("create") == 1  # replaced, not counted
+    assert ("Normal", wp.EVENT_RELEASED) in [e[:2] for e in h.recorder.events]
+
+
+async def test_a_conflict_on_a_release_is_no_error_and_looks_again() -> None:
+    t = template()
+    p = pool(1)
+    stripped = _strip_pool_label(sandbox(p, t))
+    h = Harness(p, t, stripped)
+    h.client.fail["patch"] = [conflict()]
+    result = await h.reconcile()
+    assert result is not None and result.requeue_after is not None
+    assert result.requeue_after <= wp.CONFLICT_RECHECK
+    assert wp.EVENT_RELEASED not in [e[1] for e in h.recorder.events]
+
+
+async def test_a_terminating_or_foreign_sandbox_is_never_released() -> None:
+    t = template()
+    p = pool(1)
+    going = _strip_pool_label(sandbox(p, t))
+    going["metadata"]["deletionTimestamp"] = iso(NOW)
+    other = _strip_pool_label(sandbox(pool(1, uid="other-pool"), t))
+    h = Harness(p, t, going, other)
+    await h.reconcile()
+    assert [v for v, _ in h.verbs()].count("patch") == 0
 
 
 async def test_setup_wires_the_controllers_stop_event_into_the_reconciler() -> None:

@@ -43,7 +43,7 @@ from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.expectations import Expectations
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
-from agentsandbox.kube.store import KubeObject
+from agentsandbox.kube.store import KubeObject, index_by_controller_uid
 
 from .batch import BatchCancelled, slow_start_batch
 from .warmpool_plan import (
@@ -92,6 +92,8 @@ def named(blueprint: Mapping[str, Any]) -> dict[str, Any]:
 
 CONTROLLER_NAME = "sandboxwarmpool"
 POOL_INDEX = "warm-pool"  # sandboxes by "<namespace>/<pool name hash>"
+EVENT_RELEASED = "SandboxReleased"
+CONTROLLER_INDEX = "warm-pool-controller"  # sandboxes by their controller's UID
 TEMPLATE_INDEX = TEMPLATE_REF_FIELD  # pools by "<namespace>/<template name>"
 
 _R = kube_metrics.REGISTRY
@@ -288,6 +290,7 @@ class WarmPoolReconciler:
         self._memory: dict[str, PoolMemory] = {}  # by "<namespace>/<pool name>"
         self._ready_seen: set[str] = set()  # sandbox UIDs whose first Ready was measured
         sandboxes.add_index(POOL_INDEX, pool_index)
+        sandboxes.add_index(CONTROLLER_INDEX, index_by_controller_uid)
         pools.add_index(TEMPLATE_INDEX, template_index)
         sandboxes.add_handler(self._on_add, self._on_update, self._on_delete)
         # pool UID -> set once the pool is deleted (or being deleted): its create batch stops
@@ -386,6 +389,7 @@ class WarmPoolReconciler:
         snap = self.observe(pool, memory)
         decision = plan(snap)
         outcome = Outcome()
+        await self.release(pool, decision.release, outcome)
         skipped = await self.adopt(pool, decision.adopt, outcome)
         if skipped:  # a failed adoption is not counted (the seed's rule): decide again without it
             decision = plan(replace(snap, skip=snap.skip | skipped))
@@ -464,6 +468,7 @@ class WarmPoolReconciler:
             missing_since=memory.missing_since if memory else None,
             owed=memory.owed if memory else 0,
             refill_tokens=tokens,
+            controlled=self.sandboxes.by_index(CONTROLLER_INDEX, meta.get("uid", "")),
         )
 
     async def adopt(
@@ -489,6 +494,41 @@ class WarmPoolReconciler:
                 continue
             skipped.add(sb["metadata"]["uid"])
         return frozenset(skipped)
+
+    async def release(
+        self, pool: KubeObject, sandboxes: Iterable[Mapping[str, Any]], outcome: Outcome
+    ) -> None:
+        """Let go of sandboxes the pool controls but no longer labels (another writer removed
+        the label): a merge patch dropping the pool's owner reference, preconditioned on the
+        resourceVersion we decided on; a 409 or 404 means look again."""
+        pmeta = pool["metadata"]
+        ns, name, uid = pmeta["namespace"], pmeta["name"], pmeta.get("uid", "")
+        for sb in sandboxes:
+            meta = sb["metadata"]
+            refs = [r for r in meta.get("ownerReferences") or () if r.get("uid") != uid]
+            body = {
+                "metadata": {"resourceVersion": meta["resourceVersion"], "ownerReferences": refs}
+            }
+            try:
+                await self.client.patch(SANDBOXES, meta["name"], body, ns)
+            except (NotFound, Conflict):
+                outcome.conflicts += 1
+                continue
+            except KubeError as err:
+                outcome.errors.append(err)
+                continue
+            log.info(
+                "released a sandbox that no longer carries the pool label",
+                extra={"pool": f"{ns}/{name}", "sandbox": meta["name"]},
+            )
+            if self.recorder is not None:
+                self.recorder.event(
+                    pool,
+                    "Normal",
+                    EVENT_RELEASED,
+                    f'Released sandbox "{meta["name"]}": it no longer carries the pool label',
+                    action="Release",
+                )
 
     async def act(self, pool: KubeObject, p: Plan, outcome: Outcome | None = None) -> Outcome:
         """Stale deletes, stuck deletes, then creates or excess deletes (adoptions come first,

@@ -114,6 +114,9 @@ class Snapshot:
     owed: int = 0
     # tokens in the pool's refill bucket (None: no --sandbox-warm-pool-max-refill-rate)
     refill_tokens: float | None = None
+    # sandboxes the pool controls, found by their controller reference (the members are found
+    # by the pool label): one whose label another writer removed is released (see plan)
+    controlled: Sequence[Obj] = ()
 
 
 @dataclass
@@ -143,6 +146,9 @@ class Plan:
     # creates over the refill rate
     replenish_held: int = 0
     rate_held: int = 0
+    # sandboxes the pool controls that no longer carry its label: let go, as a ReplicaSet
+    # releases a pod that stops matching its selector (neither counted nor deleted)
+    release: list[Obj] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -398,6 +404,15 @@ def plan(snap: Snapshot) -> Plan:
             )
             template = None
 
+    label = name_hash(meta["name"])
+    out.release = [
+        sb
+        for sb in snap.controlled
+        if not (sb.get("metadata") or {}).get("deletionTimestamp")
+        and ((sb.get("metadata") or {}).get("labels") or {}).get(keys.LABEL_WARM_POOL_SANDBOX)
+        != label
+        and (controller_of(sb) or {}).get("uid") == meta["uid"]
+    ]
     vetted: dict[str, bool] = {}
     active: list[Obj] = []
     orphans: set[str] = set()
