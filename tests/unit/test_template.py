@@ -17,6 +17,7 @@ from agentsandbox.api.resources import SANDBOX_TEMPLATES
 from agentsandbox.controllers.template import CONFLICT_RECHECK, WRITE_MEMORY, TemplateReconciler
 from agentsandbox.controllers.template_plan import (
     REASON_NETWORK_POLICY_CONFLICT,
+    REASON_NETWORK_POLICY_FAILED,
     Action,
     Snapshot,
     default_network_policy_spec,
@@ -26,7 +27,7 @@ from agentsandbox.controllers.template_plan import (
     template_for_network_policy,
 )
 from agentsandbox.kube.controller import Request, Result
-from agentsandbox.kube.errors import Conflict, InternalError, NotFound
+from agentsandbox.kube.errors import Conflict, InternalError, Invalid, NotFound
 from agentsandbox.kube.resources import NETWORKPOLICIES, Resource
 
 from .fakes import FakeApi, FakeInformer, FakeRecorder
@@ -519,6 +520,30 @@ async def test_label_patch_409_looks_again_and_other_errors_are_raised() -> None
         await rig2.reconcile()
     # the label patch was still sent: errors are collected, not short-circuited
     assert ("patch", TPL, "test-template") in rig2.api.writes()
+
+
+async def test_a_refused_network_policy_is_a_warning_event_once_per_message() -> None:
+    """Bug found by the bad-input suite: the apiserver refusing the policy (an invalid CIDR the
+    CRD schema accepts) was only logged, and a template has no status. Now a Warning
+    NetworkPolicyFailed on the template carries the apiserver's message, once per distinct
+    message (the backoff retries do not repeat it); a 5xx is retried without an Event."""
+    rig = Rig()
+    rig.add_template(
+        template(labels={keys.LABEL_SANDBOX_TEMPLATE_REF_HASH: name_hash("test-template")})
+    )
+    invalid = Invalid(422, "Invalid", 'spec.egress[0].to[0].ipBlock.cidr: Invalid value: "x"')
+    rig.api.fail[("create", NP)] = [invalid, invalid, InternalError(500, "InternalError", "boom")]
+    for _ in range(2):
+        with pytest.raises(Invalid):
+            await rig.reconcile()
+    ((kind, reason, note, _),) = rig.recorder.events
+    assert (kind, reason) == ("Warning", REASON_NETWORK_POLICY_FAILED)
+    assert note.startswith("cannot create NetworkPolicy: ") and 'Invalid value: "x"' in note
+    with pytest.raises(InternalError):
+        await rig.reconcile()
+    assert len(rig.recorder.events) == 1
+    assert await rig.reconcile() is None  # fixed (the template changed): created, no Event
+    assert len(rig.recorder.events) == 1
 
 
 async def test_missing_template_does_nothing() -> None:

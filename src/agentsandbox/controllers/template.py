@@ -25,7 +25,7 @@ from typing import Any
 from agentsandbox.api.resources import SANDBOX_TEMPLATES
 from agentsandbox.kube.client import Client, PatchType
 from agentsandbox.kube.controller import Controller, ControllerBuilder, Request, Result
-from agentsandbox.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
+from agentsandbox.kube.errors import AlreadyExists, ApiError, Conflict, KubeError, NotFound
 from agentsandbox.kube.events import WARNING, EventRecorder
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
@@ -34,6 +34,7 @@ from agentsandbox.kube.store import KubeObject
 
 from .template_plan import (
     REASON_NETWORK_POLICY_CONFLICT,
+    REASON_NETWORK_POLICY_FAILED,
     Action,
     Plan,
     Snapshot,
@@ -91,6 +92,8 @@ class TemplateReconciler:
         self._written: dict[str, Written] = {}  # by "<namespace>/<policy name>"
         # template key -> (uid, resourceVersion) our label patch was based on
         self._labelled: dict[str, tuple[str, str]] = {}
+        # template key -> the last refusal announced by an Event (not repeated every retry)
+        self._refusals: dict[str, str] = {}
         network_policies.add_handler(self._seen, self._seen_update, self._seen_delete)
 
     # ---------------------------------------------------------------- write memory
@@ -147,6 +150,7 @@ class TemplateReconciler:
         template = self.templates.get(req.name, req.namespace)
         if template is None:
             self._labelled.pop(str(req), None)
+            self._refusals.pop(str(req), None)
             return None
         decision = plan(self.observe(template))
         errors: list[BaseException] = []
@@ -206,7 +210,22 @@ class TemplateReconciler:
             return p.action is not Action.DELETE  # updated a policy that is gone: create it
         except KubeError as err:
             errors.append(err)
+            if isinstance(err, ApiError) and 400 <= err.status < 500 and err.status != 429:
+                # refused (invalid, forbidden): retrying will not help until someone acts, and
+                # a template has no status: say it on the template, once per distinct message
+                self._refused(template, p.action, err)
+            return False
+        self._refusals.pop(_key(template), None)
         return False
+
+    def _refused(self, template: KubeObject, action: Action, err: ApiError) -> None:
+        key, note = _key(template), f"cannot {action.value} NetworkPolicy: {err.message}"
+        if self._refusals.get(key) == note or self.recorder is None:
+            return
+        self._refusals[key] = note
+        self.recorder.event(
+            template, WARNING, REASON_NETWORK_POLICY_FAILED, note, action="Reconciling"
+        )
 
     def _remember(self, key: str, obj: KubeObject) -> None:
         uid, rv = _uid_rv(obj)

@@ -37,6 +37,8 @@ NETWORK_POLICY_API_VERSION: Final = "networking.k8s.io/v1"
 
 #: Warning event on the template: a same-name NetworkPolicy it does not control is in the way.
 REASON_NETWORK_POLICY_CONFLICT: Final = "NetworkPolicyConflict"
+#: Warning on the template: the apiserver refused its NetworkPolicy (invalid, forbidden).
+REASON_NETWORK_POLICY_FAILED: Final = "NetworkPolicyFailed"
 
 DEFAULT_IPV4_EXCEPT: Final = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16")
 DEFAULT_IPV6_EXCEPT: Final = ("fc00::/7", "fe80::/10")  # fe80::/10: upstream #827
