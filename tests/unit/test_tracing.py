@@ -209,6 +209,15 @@ async def test_warm_claim_is_one_trace_under_the_annotation(spans: InMemorySpanE
     status = dict(by_name[claim_tracing.SPAN_WRITE_STATUS][0].attributes or {})
     assert status["sandboxclaim.ready"] == "True"
     assert status["sandboxclaim.status_written"] is True
+    assert status["sandboxclaim.status_changed"] is True
+    spans.clear()
+    h.sync()
+    await h.reconcile()  # nothing new: a pass whose status write is a no-op, in the same trace
+    again = _by_name(spans)
+    assert _hex(again[claim_tracing.SPAN_RECONCILE][0])[:3:2] == (TRACE_ID, SPAN_ID)
+    (noop,) = again[claim_tracing.SPAN_WRITE_STATUS]
+    assert dict(noop.attributes or {})["sandboxclaim.status_changed"] is False
+    assert claim_tracing.SPAN_ADOPT not in again and claim_tracing.SPAN_READY not in again
 
 
 async def test_cold_claim_without_annotation_is_a_new_trace_its_passes_join(

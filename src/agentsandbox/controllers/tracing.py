@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from agentsandbox.api import keys
 from agentsandbox.api.conditions import find_condition
+from agentsandbox.controllers.claim_plan import status_patch
 from agentsandbox.kube import tracing as kt
 from agentsandbox.kube.controller import Request, Result
 from agentsandbox.kube.informer import Informer
@@ -47,6 +48,7 @@ ATTR_LAUNCH_TYPE = "sandboxclaim.launch_type"  # "warm" or "cold" (the sandbox's
 ATTR_ADOPTED = "sandboxclaim.adopted"  # the adoption span: a pool sandbox was adopted
 ATTR_READY = "sandboxclaim.ready"  # the Ready status written (or reached, on the parent)
 ATTR_READY_REASON = "sandboxclaim.ready_reason"
+ATTR_STATUS_CHANGED = "sandboxclaim.status_changed"  # False: nothing to write (no API call)
 ATTR_STATUS_WRITTEN = "sandboxclaim.status_written"  # False: the claim changed under us
 ATTR_REQUEUE_AFTER = "sandboxclaim.requeue_after_seconds"
 ATTR_POOL = "sandboxwarmpool.name"  # the pool drawn from (when the claim could use only one)
@@ -160,9 +162,10 @@ def _created(sandbox: KubeObject) -> dict[str, str]:
 
 def _status_attributes(
     _self: object, claim: KubeObject, status: Mapping[str, Any], *_: Any
-) -> dict[str, str | None]:
+) -> dict[str, str | bool | None]:
     ready = find_condition(status.get("conditions"), "Ready") or {}
     return {
+        ATTR_STATUS_CHANGED: status_patch(claim.get("status") or {}, status) is not None,
         ATTR_READY: ready.get("status"),
         ATTR_READY_REASON: ready.get("reason"),
         ATTR_SANDBOX: (status.get("sandbox") or {}).get("name") or None,
