@@ -13,6 +13,7 @@ import gzip
 import json
 import os
 import secrets
+import signal
 import time
 import zlib
 from collections.abc import AsyncIterator
@@ -276,3 +277,36 @@ async def test_each_claim_is_one_connected_trace_under_its_annotation(
     assert [s.name for s in roots] == [claim_tracing.SPAN_RECONCILE]
     check_connected([s for s in rx.trace(garbled[0].trace_id) if s.parent_id], roots[0].span_id)
     assert claim_tracing.SPAN_ADOPT in names(rx.trace(garbled[0].trace_id))
+
+
+async def test_spans_still_buffered_are_exported_when_the_controller_stops(
+    client: Client,  # noqa: F811
+    namespace: str,
+    cluster: DevCluster,
+    tmp_path: Path,
+) -> None:
+    """A batch delay of a minute: nothing is sent while the claim gets Ready; SIGTERM makes the
+    controller flush the buffered spans before it exits."""
+    log = tmp_path / "controller.log"
+    trace_id, parent, tp = traceparent()
+    await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
+    async with otlp_receiver() as rx:
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{rx.port}",
+            "OTEL_BSP_SCHEDULE_DELAY": "60000",
+        }
+        with controller_process(cluster, log, flags=["--enable-tracing"], env=env) as proc:
+            await client.create(
+                SANDBOX_CLAIMS,
+                annotated(claim_obj("c", template="tpl", warmpool="none"), tp),  # a bare string
+                namespace,
+            )
+            await wait_claims_ready(client, namespace, {"c"}, 30)
+            assert rx.trace(trace_id) == [], "the batch delay holds them"
+            proc.send_signal(signal.SIGTERM)
+            # waited for in a thread: the receiver on this loop must keep answering meanwhile
+            code = await asyncio.to_thread(proc.wait, 15)
+            assert code == 0, log.read_text()[-3000:]
+    spans = rx.trace(trace_id)
+    check_connected(spans, parent)
+    assert {claim_tracing.SPAN_CREATE, claim_tracing.SPAN_READY} <= set(names(spans)), names(spans)
