@@ -659,6 +659,26 @@ async def test_missing_pool_is_warm_pool_not_found_only_after_an_uncached_get() 
     assert [c["type"] for c in conds if "WarmPoolNotFound" in str(c)] == ["Ready"]
 
 
+async def test_a_terminal_reason_is_also_a_warning_event_once_per_transition() -> None:
+    """Bug found by the bad-input suite: TemplateNotFound, WarmPoolNotFound, InvalidMetadata...
+    were reported in the Ready condition only. Now also a Warning Event with the same reason and
+    message, once when the reason is first written (the 30 s re-checks do not repeat it)."""
+    h = Harness()
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(pool_name="nope"))
+    await h.reconcile()
+    assert [e[:3] for e in h.recorder.events] == [
+        ("Warning", "WarmPoolNotFound", 'SandboxWarmPool "nope" not found')
+    ]
+    h.sync(SANDBOX_CLAIMS.plural)
+    await h.reconcile()
+    assert len(h.recorder.events) == 1
+    h2 = Harness()  # --disable-claim-events silences it like every claim Event
+    h2.r.events = False
+    h2.add(SANDBOX_CLAIMS.plural, claim_v1beta1(pool_name="nope"))
+    await h2.reconcile()
+    assert h2.recorder.events == []
+
+
 async def test_pool_and_template_missing_from_the_cache_but_in_the_api_are_used() -> None:
     """A burst (template, pool, claim with no waits): the cache has not seen them yet, the API
     has; no terminal reason may be written."""

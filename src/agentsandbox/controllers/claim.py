@@ -212,6 +212,14 @@ class ClaimReconciler:
             and _ready_status({"status": status}) == "True"
         ):
             await self._first_ready(key, with_status(claim, status), sandbox, now)
+        if (
+            written
+            and failure is not None
+            and failure.terminal
+            and _ready_reason(claim) != failure.reason
+        ):
+            # a problem only the user can fix: say it as an Event too, once per transition
+            self._event(claim, "Warning", failure.reason, failure.message, "Provisioning")
         if written and expired and _ready_reason(claim) != REASON_CLAIM_EXPIRED:
             self._event(claim, "Normal", EVENT_CLAIM_EXPIRED, "Claim expired", "Claim Expired")
             return Result(requeue_after=EXPIRED_RECHECK)
