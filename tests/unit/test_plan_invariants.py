@@ -30,7 +30,13 @@ from agentsandbox.api.defaults import apply_sandbox_secure_defaults
 from agentsandbox.api.hashing import name_hash, pod_template_hash, sandbox_blueprint_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
 from agentsandbox.api.owners import controller_of
-from agentsandbox.controllers.claim_plan import adoptable, adoption_patch, candidate_problem
+from agentsandbox.controllers.claim_plan import (
+    adoptable,
+    adoption_patch,
+    candidate_problem,
+    cold_sandbox,
+    pick_kept,
+)
 from agentsandbox.controllers.warmpool_plan import Plan, Settings, Snapshot, plan
 
 NOW = 1_800_000_000.0
@@ -296,7 +302,7 @@ def test_repeated_passes_without_news_do_not_add_up(snap: Snapshot, passes: int)
 
 
 # ---------------------------------------------------------------------------------- claims
-CLAIM_OBJ = {
+CLAIM_OBJ: dict[str, Any] = {
     "apiVersion": SANDBOX_CLAIM.api_version,
     "kind": "SandboxClaim",
     "metadata": {"name": "c", "namespace": NS, "uid": "the-claim-uid"},
@@ -361,6 +367,49 @@ def test_a_claim_never_adopts_a_sandbox_not_controlled_by_its_pool(
         assert meta["labels"].get(keys.LABEL_WARM_POOL_SANDBOX, "gone") is None
     else:
         assert isinstance(problem, str) and problem
+
+
+@PROPERTY
+@given(st.lists(sandboxes(TPL), min_size=1, max_size=6), st.sampled_from(["", "sb-1", "x"]))
+def test_a_claim_with_several_sandboxes_keeps_one_of_them(
+    owned: list[dict[str, Any]], status_name: str
+) -> None:
+    """A claim that controls several sandboxes (two racing processes) keeps exactly one of them:
+    the one its status names, else the oldest Ready, else the oldest."""
+    owned = unique(owned)
+    kept = pick_kept(owned, status_name)
+    assert any(kept is sb for sb in owned)
+    named = [sb for sb in owned if sb["metadata"]["name"] == status_name]
+    if named:
+        assert kept is named[0]
+
+
+@PROPERTY
+@given(st.sampled_from(["c", "c" * 253]), st.booleans())
+def test_a_cold_sandbox_belongs_to_its_claim_only(name: str, env: bool) -> None:
+    claim = {
+        **CLAIM_OBJ,
+        "metadata": {**CLAIM_OBJ["metadata"], "name": name},
+        "spec": {
+            "sandboxTemplateRef": {"name": "tpl"},
+            **({"env": [{"name": "A", "value": "b"}]} if env else {}),
+        },
+    }
+    tpl = {**TPL, "spec": {**TPL["spec"], "envVarsInjectionPolicy": "Allowed"}}
+    sb = cold_sandbox(claim, tpl)
+    assert sb["metadata"]["name"] == name and sb["metadata"]["namespace"] == NS
+    assert sb["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": SANDBOX_CLAIM.api_version,
+            "kind": "SandboxClaim",
+            "name": name,
+            "uid": "the-claim-uid",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    assert keys.LABEL_WARM_POOL_SANDBOX not in sb["metadata"]["labels"]  # never a pool member
+    assert not adoptable(sb)
 
 
 def test_the_random_states_reach_every_decision() -> None:
