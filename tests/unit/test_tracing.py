@@ -4,6 +4,7 @@ exporter, fake API), and nothing of OpenTelemetry loaded while tracing is off.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -266,3 +267,40 @@ async def test_an_error_is_recorded_on_the_span_and_raised(spans: InMemorySpanEx
         await f()
     (span,) = spans.get_finished_spans()
     assert not span.status.is_ok and span.events[0].name == "exception"
+
+
+def test_enable_names_the_service_unless_the_environment_does() -> None:
+    """service.name: ours by default; OTEL_RESOURCE_ATTRIBUTES, then OTEL_SERVICE_NAME, win.
+    Run in a subprocess: enable() installs the process's global tracer provider."""
+    code = (
+        "import os, json\n"
+        "from agentsandbox.kube import tracing\n"
+        "out = []\n"
+        "for env in ({}, {'OTEL_RESOURCE_ATTRIBUTES': 'service.name=from-attrs,team=a'},\n"
+        "            {'OTEL_RESOURCE_ATTRIBUTES': 'team=b', 'OTEL_SERVICE_NAME': 'from-env'}):\n"
+        "    for k in ('OTEL_RESOURCE_ATTRIBUTES', 'OTEL_SERVICE_NAME'):\n"
+        "        os.environ.pop(k, None)\n"
+        "    os.environ.update(env)\n"
+        "    tracing.enable('ours', '1.2.3')\n"
+        "    assert tracing.enabled()\n"
+        "    attrs = dict(tracing._provider.resource.attributes)\n"
+        "    out.append([attrs['service.name'], attrs.get('service.version'), attrs.get('team')])\n"
+        "    tracing.shutdown()\n"
+        "    assert not tracing.enabled()\n"
+        "print(json.dumps(out))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:9"  # nothing is exported
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert json.loads(proc.stdout) == [
+        ["ours", "1.2.3", None],
+        ["from-attrs", "1.2.3", "a"],
+        ["from-env", "1.2.3", "b"],
+    ]

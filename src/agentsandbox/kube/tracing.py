@@ -152,11 +152,15 @@ def enable(service_name: str, service_version: str = "", tracer_name: str = "") 
     _tracer = provider.get_tracer(tracer_name or service_name, service_version or None)
     with contextlib.suppress(Exception):  # a provider set before (tests) stays the global one
         trace.set_tracer_provider(provider)
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL", ""
+    )
+    if protocol and protocol != "http/protobuf":
+        log.warning("OTEL_EXPORTER_OTLP_PROTOCOL=%s ignored: spans go over http/protobuf", protocol)
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318"
     log.info(
-        "tracing enabled: OTLP/HTTP to %s",
-        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-        or "http://localhost:4318 (default)",
+        "tracing enabled: spans exported over OTLP/HTTP to %s",
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or base.rstrip("/") + "/v1/traces",
     )
 
 
