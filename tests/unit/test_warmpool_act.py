@@ -509,7 +509,7 @@ async def test_a_taken_generated_name_is_retried_with_another_and_counted_once()
     t = template()
     p = pool(1)
     h = Harness(p, t)
-    h.client.fail[("create", "pool-")] = [AlreadyExists("taken")]
+    h.client.fail[("create", "pool-")] = [AlreadyExists(message="taken")]
     result = await h.reconcile()
     creates = [d["name"] for v, _, d in h.client.calls if v == "create"]
     assert len(creates) == 2 and creates[0] != creates[1]
@@ -542,13 +542,99 @@ async def test_connection_error_on_create_is_reported_in_the_condition() -> None
     """Review #7: a create that never got an answer is a create failure too."""
     t = template()
     h = Harness(pool(1), t)
-    h.client.fail["create"] = [ApiConnectionError("connection refused")]
-    with pytest.raises(ReconcileErrors):
-        await h.reconcile()
+    wp_backoff, wp.LOST_ANSWER_BACKOFF = wp.LOST_ANSWER_BACKOFF, 0.0
+    try:
+        h.client.fail["create"] = [ApiConnectionError("connection refused")] * 4
+        with pytest.raises(ReconcileErrors):
+            await h.reconcile()
+    finally:
+        wp.LOST_ANSWER_BACKOFF = wp_backoff
+    assert [v for v, _ in h.verbs()].count("create") == 4  # the first try and 3 more
     cond = h.ready_condition()
     assert cond["reason"] == REASON_CREATE_FAILED and "connection refused" in cond["message"]
     assert h.pending().creates == 0
     assert [e[:2] for e in h.recorder.events] == [("Warning", EVENT_NOT_PROGRESSING)]
+
+
+class LostAnswerClient(FakeClient):
+    """The first create is done but its answer is lost (a connection error after the request
+    was sent); GET answers from what was created."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lose = 1
+        self.stored: dict[str, dict[str, Any]] = {}
+
+    async def create(
+        self, resource: Resource, obj: dict[str, Any], namespace: str | None = None, **kw: Any
+    ) -> dict[str, Any]:
+        name = obj["metadata"]["name"]
+        if name in self.stored:
+            self.calls.append(("create", obj["metadata"].get("generateName", ""), {"name": name}))
+            raise AlreadyExists(409, "AlreadyExists", f'sandboxes "{name}" already exists')
+        new = await super().create(resource, obj, namespace, **kw)
+        self.stored[name] = new
+        if self.lose:
+            self.lose -= 1
+            raise ApiConnectionError("connection reset by peer")
+        return new
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Any:
+        self.calls.append(("get", name, {}))
+        if name not in self.stored:
+            raise NotFound(404, "NotFound", "not found")
+        return self.stored[name]
+
+
+@pytest.fixture
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wp, "LOST_ANSWER_BACKOFF", 0.0)
+
+
+@pytest.mark.usefixtures("no_backoff")
+async def test_a_create_whose_answer_was_lost_is_sent_again_under_the_same_name() -> None:
+    """Bug found by the fault suite (a proxy losing answers): the next pass created another
+    sandbox under a new name. The same named body is sent again; AlreadyExists for a sandbox
+    this pool controls means the lost create was done: one sandbox, counted, no error."""
+    t = template()
+    h = Harness(pool(1), t)
+    h.client = h.reconciler.client = LostAnswerClient()  # type: ignore[assignment]
+    await h.reconcile()
+    creates = [d["name"] for v, _, d in h.client.calls if v == "create"]
+    assert len(creates) == 2 and creates[0] == creates[1]
+    assert ("get", creates[0], {}) in h.client.calls
+    assert len(h.client.stored) == 1
+    assert h.pending().creates == 1  # done: its ADDED event is still expected
+    assert h.ready_condition()["reason"] != REASON_CREATE_FAILED
+
+
+@pytest.mark.usefixtures("no_backoff")
+async def test_already_exists_on_a_retry_for_someone_elses_sandbox_picks_another_name() -> None:
+    t = template()
+    h = Harness(pool(1), t)
+    client = LostAnswerClient()
+    h.client = h.reconciler.client = client  # type: ignore[assignment]
+    original = client.create
+
+    async def create(resource: Resource, obj: dict[str, Any], *a: Any, **kw: Any) -> Any:
+        answer = await original(resource, obj, *a, **kw)
+        return answer
+
+    async def lost_then_taken(resource: Resource, obj: dict[str, Any], *a: Any, **kw: Any) -> Any:
+        name = obj["metadata"]["name"]
+        if name not in client.stored and client.lose:
+            client.lose -= 1
+            client.calls.append(("create", "", {"name": name}))
+            # the lost try never happened; meanwhile someone else took the name
+            client.stored[name] = {"metadata": {"name": name, "ownerReferences": []}}
+            raise ApiConnectionError("connection refused")
+        return await create(resource, obj, *a, **kw)
+
+    client.create = lost_then_taken  # type: ignore[method-assign]
+    await h.reconcile()
+    names = [d["name"] for v, _, d in client.calls if v == "create"]
+    assert names[0] == names[1] and names[2] != names[0]  # retried, refused, another name
+    assert h.ready_condition()["reason"] != REASON_CREATE_FAILED
 
 
 async def test_cancellation_mid_create_lowers_the_unsent_and_unanswered_creates() -> None:

@@ -38,7 +38,14 @@ from agentsandbox.controllers.podcache import pod_informer
 from agentsandbox.kube import metrics as kube_metrics
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.controller import Controller, ControllerBuilder, Request, Result
-from agentsandbox.kube.errors import AlreadyExists, ApiError, Conflict, KubeError, NotFound
+from agentsandbox.kube.errors import (
+    AlreadyExists,
+    ApiConnectionError,
+    ApiError,
+    Conflict,
+    KubeError,
+    NotFound,
+)
 from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.expectations import Expectations
 from agentsandbox.kube.informer import Informer
@@ -73,6 +80,9 @@ NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's util/rand alphab
 NAME_SUFFIX = 5
 MAX_GENERATED_PREFIX = 63 - NAME_SUFFIX  # apimachinery's maxGeneratedNameLength
 NAME_ATTEMPTS = 3
+# a create whose answer a connection error lost is sent again with the same name, this often
+LOST_ANSWER_RETRIES = 3
+LOST_ANSWER_BACKOFF = 0.5  # seconds, doubled each time
 
 
 def named(blueprint: Mapping[str, Any]) -> dict[str, Any]:
@@ -581,7 +591,7 @@ class WarmPoolReconciler:
             try:
                 for attempt in range(NAME_ATTEMPTS):
                     try:
-                        await self.client.create(SANDBOXES, named(blueprint), ns)
+                        await self._create_named(named(blueprint), ns, uid)
                         break
                     except AlreadyExists:  # a generated name taken: another one
                         if attempt == NAME_ATTEMPTS - 1:
@@ -606,6 +616,34 @@ class WarmPoolReconciler:
         if error is not None:
             outcome.create_error = error
             outcome.errors.append(error)
+
+    async def _create_named(self, body: Mapping[str, Any], ns: str, pool_uid: str) -> None:
+        """POST one named pool sandbox. A connection error may have lost the answer of a create
+        that was done: the same name is sent again (after 0.5, 1, 2 s), and ``AlreadyExists``
+        for a sandbox this pool controls then means the first try made it. Without that, the
+        next pass (whose cache cannot show a sandbox while the apiserver is unreachable) would
+        create another under a new name, and one would be trimmed later."""
+        name = body["metadata"]["name"]
+        for attempt in range(LOST_ANSWER_RETRIES + 1):
+            try:
+                await self.client.create(SANDBOXES, body, ns)
+                return
+            except ApiConnectionError as err:
+                if attempt == LOST_ANSWER_RETRIES:
+                    raise
+                log.info(
+                    "pool sandbox create got no answer (%s); sending it again",
+                    err,
+                    extra={"namespace": ns, "sandbox": name},
+                )
+                await asyncio.sleep(LOST_ANSWER_BACKOFF * 2**attempt)
+            except AlreadyExists:
+                if attempt == 0:
+                    raise  # the name was taken before we sent it: the caller picks another
+                existing = await self.client.get(SANDBOXES, name, ns)
+                if (controller_of(existing) or {}).get("uid") == pool_uid:
+                    return  # ours: an earlier try whose answer was lost
+                raise
 
     async def _delete(
         self,
