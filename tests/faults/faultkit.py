@@ -99,7 +99,7 @@ class ProxyProcess:
 
     def lose_answers(self) -> None:
         """For one second every request still arrives and no answer comes back; then every
-        connection is cut."""
+        connection is cut (and new ones refused for ``refuse_after_loss`` seconds)."""
         os.kill(self.popen.pid, signal.SIGHUP)
 
     def counters(self) -> dict[str, int]:
@@ -113,7 +113,12 @@ class ProxyProcess:
 
 @contextlib.contextmanager
 def proxy(
-    target: str, workdir: Path, *, delay_ms: str = "0-0", reset_every: float = 0.0
+    target: str,
+    workdir: Path,
+    *,
+    delay_ms: str = "0-0",
+    reset_every: float = 0.0,
+    refuse_after_loss: float = 0.0,
 ) -> Iterator[ProxyProcess]:
     """tests/faults/proxy.py in its own process in front of ``target`` (host:port)."""
     port_file = workdir / f"proxy-{time.monotonic_ns()}.port"
@@ -127,6 +132,7 @@ def proxy(
                 f"--port-file={port_file}",
                 f"--delay-ms={delay_ms}",
                 f"--reset-every={reset_every}",
+                f"--refuse-after-loss={refuse_after_loss}",
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -231,11 +237,14 @@ def audit_creates(cluster: DevCluster, ns: str, resource: str = "sandboxes") -> 
 
 
 def unanswered_creates(log: Path, ns: str, resource: str = "sandboxes") -> int:
-    """How many creates of ``resource`` in ``ns`` the controller logged as failed by a connection
-    error (sent, maybe done, answer lost)."""
+    """How many creates of ``resource`` in ``ns`` the controller logged as failed by a broken
+    connection after the request was sent (maybe done, answer lost). A connect that failed
+    (``ClientConnectorError``: nothing was sent) does not count."""
     needle = f"[POST /apis/agents.x-k8s.io/v1beta1/namespaces/{ns}/{resource}]"
-    return sum(
-        line.count(needle)
-        for line in log.read_text(errors="replace").splitlines()
-        if "connection error" in line
-    )
+    count = 0
+    for line in log.read_text(errors="replace").splitlines():
+        for part in line.split("connection error: ")[1:]:
+            head, found, _ = part.partition(needle)
+            if found and "ClientConnectorError" not in head:
+                count += 1
+    return count

