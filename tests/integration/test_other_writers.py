@@ -294,7 +294,7 @@ async def wait_pool_converged(
 
 
 class StillControlled(AssertionError):
-    """The stripped sandbox is still the pool's (fixed: the pool releases it, warmpool.py
+    """The stripped sandbox is still the pool's (fixed: the pool releases it, warmpool_act.py
     ``release``)."""
 
 

@@ -25,6 +25,7 @@ from agentsandbox.api.hashing import name_hash, pod_template_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_WARM_POOL
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
 from agentsandbox.controllers import warmpool as wp
+from agentsandbox.controllers import warmpool_act as wa
 from agentsandbox.controllers.warmpool import ReconcileErrors, WarmPoolReconciler
 from agentsandbox.controllers.warmpool_plan import (
     EVENT_NOT_PROGRESSING,
@@ -542,13 +543,13 @@ async def test_connection_error_on_create_is_reported_in_the_condition() -> None
     """Review #7: a create that never got an answer is a create failure too."""
     t = template()
     h = Harness(pool(1), t)
-    wp_backoff, wp.LOST_ANSWER_BACKOFF = wp.LOST_ANSWER_BACKOFF, 0.0
+    wp_backoff, wa.LOST_ANSWER_BACKOFF = wa.LOST_ANSWER_BACKOFF, 0.0
     try:
         h.client.fail["create"] = [ApiConnectionError("connection refused")] * 4
         with pytest.raises(ReconcileErrors):
             await h.reconcile()
     finally:
-        wp.LOST_ANSWER_BACKOFF = wp_backoff
+        wa.LOST_ANSWER_BACKOFF = wp_backoff
     assert [v for v, _ in h.verbs()].count("create") == 4  # the first try and 3 more
     cond = h.ready_condition()
     assert cond["reason"] == REASON_CREATE_FAILED and "connection refused" in cond["message"]
@@ -588,7 +589,7 @@ class LostAnswerClient(FakeClient):
 
 @pytest.fixture
 def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wp, "LOST_ANSWER_BACKOFF", 0.0)
+    monkeypatch.setattr(wa, "LOST_ANSWER_BACKOFF", 0.0)
 
 
 @pytest.mark.usefixtures("no_backoff")
