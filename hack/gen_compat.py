@@ -106,7 +106,7 @@ FLAG_NOTES: dict[str, str] = {
     "enable-pprof-debug": "Go runtime profiling has no Python equivalent",
     "pprof-block-profile-rate": "Go runtime profiling has no Python equivalent",
     "pprof-mutex-profile-fraction": "Go runtime profiling has no Python equivalent",
-    "enable-tracing": "OTLP over HTTP/protobuf, not gRPC; SandboxClaim spans only (docs/tracing.md)",
+    "enable-tracing": "OTLP over HTTP, not gRPC; SandboxClaim spans only (docs/tracing.md)",
     "sandbox-concurrent-workers": "seed default kept (see Decisions)",
     "sandbox-claim-concurrent-workers": "seed default kept (see Decisions)",
     "enable-webhook": "no webhook server here: v1alpha1 is served without conversion",
