@@ -1393,3 +1393,40 @@ def test_is_first_pending_status_only_for_a_first_dependencies_not_ready() -> No
     assert not is_first_pending_status({}, status("False", "ReconcilerError"))
     assert not is_first_pending_status({}, status("False", "SandboxSuspended"))
     assert not is_first_pending_status({}, {})
+
+
+# ------------------------------------------------------------------- events of pool members
+def _controlled(sb: dict[str, Any], kind: str) -> dict[str, Any]:
+    sb["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+            "kind": kind,
+            "name": "x",
+            "uid": "owner-uid",
+            "controller": True,
+        }
+    ]
+    return sb
+
+
+def test_a_warm_pool_members_first_pod_is_created_without_an_event() -> None:
+    """Ours: pools make members by the hundreds; one Event write less per pool sandbox."""
+    from agentsandbox.controllers.sandbox_plan import in_warm_pool, plan_pod
+
+    member = _controlled(sandbox(), "SandboxWarmPool")
+    assert in_warm_pool(member)
+    step = plan_pod(snap(member)).step
+    assert step.action.name == "CREATE" and step.event is None
+    cold = _controlled(sandbox(), "SandboxClaim")
+    assert not in_warm_pool(cold)
+    event = plan_pod(snap(cold)).step.event
+    assert event is not None and event.reason == "PodCreated"
+    assert plan_pod(snap(sandbox())).step.event is not None  # a user's own Sandbox
+
+
+def test_a_pool_member_whose_pod_went_away_still_says_so() -> None:
+    from agentsandbox.controllers.sandbox_plan import plan_pod
+
+    member = _controlled(sandbox(status={"replicas": 1}), "SandboxWarmPool")
+    event = plan_pod(snap(member)).step.event
+    assert event is not None and event.reason == "PodRecreated"

@@ -66,7 +66,7 @@ from agentsandbox.api.conditions import (
 )
 from agentsandbox.api.equality import semantic_equal
 from agentsandbox.api.hashing import name_hash, sandbox_selector
-from agentsandbox.api.kinds import EXTENSIONS_GROUP, SANDBOX
+from agentsandbox.api.kinds import EXTENSIONS_GROUP, SANDBOX, SANDBOX_WARM_POOL
 from agentsandbox.api.owners import (
     Ownership,
     controller_of,
@@ -391,6 +391,13 @@ def _template_meta(sandbox: Obj) -> tuple[dict[str, str], dict[str, str] | None]
     return labels, annotations
 
 
+def in_warm_pool(sandbox: Obj) -> bool:
+    """Controlled by a SandboxWarmPool (a warm member nobody has claimed yet)."""
+    ref = controller_of(sandbox) or {}
+    group = str(ref.get("apiVersion") or "").partition("/")[0]
+    return group == EXTENSIONS_GROUP and ref.get("kind") == SANDBOX_WARM_POOL.kind
+
+
 # ---------------------------------------------------------------------------------- builders
 def build_pod(sandbox: Obj) -> dict[str, Any]:
     """The pod of a Sandbox (§2.4 "replicas == 1, no pod")."""
@@ -663,11 +670,17 @@ def plan_pod(snap: Snapshot, blocking_pvcs: Sequence[str] = ()) -> PodPlan:
         bool((meta.get("annotations") or {}).get(keys.ANNOTATION_POD_NAME))
         and bool(_status(sandbox))
     )
-    event = (
-        Event(NORMAL, EVENT_POD_RECREATED, f'Pod was gone; created pod "{meta["name"]}"', "Create")
-        if had_pod
-        else Event(NORMAL, EVENT_POD_CREATED, f'Created pod "{meta["name"]}"', "Create")
-    )
+    event: Event | None
+    if had_pod:
+        event = Event(
+            NORMAL, EVENT_POD_RECREATED, f'Pod was gone; created pod "{meta["name"]}"', "Create"
+        )
+    elif in_warm_pool(sandbox):
+        # a pool makes its members by the hundreds and reports them in its status and metrics:
+        # no Event per member's first pod (one write less per pool sandbox; ours, see docs)
+        event = None
+    else:
+        event = Event(NORMAL, EVENT_POD_CREATED, f'Created pod "{meta["name"]}"', "Create")
     step = ChildStep(Action.CREATE, meta["name"], body=body, result=body, event=event)
     return PodPlan(step, meta["name"])
 
