@@ -77,6 +77,12 @@ FAULT_CLAIM_TESTS := tests/integration/test_claims.py::test_100_claims_with_two_
 test-faults: venv controlplane
 	$(PY) -m pytest tests/faults $(FAULT_CLAIM_TESTS)
 
+# an hour of steady load on two replicas (docs/reliability.md); DURATION=120s for a short run
+DURATION ?= 1h
+.PHONY: soak
+soak: venv controlplane
+	$(PY) bench/soak.py --duration $(DURATION)
+
 test-slow: venv controlplane
 	$(PY) -m pytest tests -m slow
 
