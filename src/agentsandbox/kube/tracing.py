@@ -23,6 +23,7 @@ import functools
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from typing import Any, NamedTuple, ParamSpec, TypeVar
 
@@ -170,17 +171,29 @@ def use_tracer(tracer: Any) -> None:
     _tracer = tracer
 
 
-def shutdown(timeout_millis: int = 5000) -> None:
-    """Export what is buffered and stop (at the end of the process); tracing is off after."""
+def shutdown(timeout: float = 3.0) -> None:
+    """Export what is buffered and stop (at the end of the process); tracing is off after.
+
+    Waits at most ``timeout`` seconds: an unreachable collector (the exporter retries for up to
+    its own 10 s timeout) must not hold up the process's exit. What is not sent by then is
+    dropped with a warning (the exporter's threads are daemons).
+    """
     global _tracer, _provider
     provider, _tracer, _provider = _provider, None, None
     if provider is None:
         return
-    try:
-        provider.force_flush(timeout_millis)
-        provider.shutdown()
-    except Exception as err:  # never let the exporter fail the process's exit
-        log.warning("could not flush the trace exporter: %s", err)
+
+    def stop() -> None:
+        try:
+            provider.shutdown()  # flushes the batch processor, then stops the exporter
+        except Exception as err:  # never let the exporter fail the process's exit
+            log.warning("could not flush the trace exporter: %s", err)
+
+    stopping = threading.Thread(target=stop, name="tracing-shutdown", daemon=True)
+    stopping.start()
+    stopping.join(timeout)
+    if stopping.is_alive():
+        log.warning("spans not exported within %.0f s of stopping were dropped", timeout)
 
 
 def _parent_context(carrier: Mapping[str, str] | None) -> Any:
