@@ -453,7 +453,7 @@ async def event(
 
 
 class NoEvent(AssertionError):
-    """No Event reported the problem (what the claim xfails expect, and nothing else)."""
+    """No Event reported the problem (bugs 1 and 2 failed with exactly this, before their fix)."""
 
 
 class Passes(logging.Handler):
@@ -525,23 +525,8 @@ class TestAcceptedThenReported:
     @pytest.mark.parametrize(
         "form",
         [
-            pytest.param(
-                "sandboxTemplateRef",
-                marks=pytest.mark.xfail(
-                    strict=True,
-                    raises=NoEvent,
-                    reason="bug: a claim reported TemplateNotFound gets no Event "
-                    "(claim.py reconcile emits events only for QuotaExceeded/expiry)",
-                ),
-            ),
-            pytest.param(
-                "warmPoolRef",
-                marks=pytest.mark.xfail(
-                    strict=True,
-                    raises=NoEvent,
-                    reason="bug: a claim reported WarmPoolNotFound gets no Event",
-                ),
-            ),
+            "sandboxTemplateRef",
+            "warmPoolRef",
         ],
     )
     async def test_claim_whose_template_or_pool_is_in_another_namespace(
@@ -663,9 +648,6 @@ class TestAcceptedThenReported:
         assert says in ev["note"]
         await assert_left_alone(client, SANDBOXES, name, home)
 
-    @pytest.mark.xfail(
-        strict=True, raises=NoEvent, reason="bug: a claim reported InvalidMetadata gets no Event"
-    )
     async def test_claim_with_a_pod_label_value_too_long(self, client: Client, home: str) -> None:
         """The claim's additionalPodMetadata is a free map in the schema; the controller checks
         it (spec §5.7) and reports instead of creating a pod the apiserver would refuse."""
@@ -737,7 +719,7 @@ QPS = 40
 
 class CreatesAfterDelete(AssertionError):
     """A create that started more than 5 s after the pool's delete (fixed: the pool's delete
-    cancels its create batch, warmpool.py ``_unless``)."""
+    cancels its create batch, warmpool_act.py ``_unless``)."""
 
 
 async def drain(client: Client, ns: str, within: float = 40.0) -> float:
