@@ -371,18 +371,22 @@ async def elsewhere(client: Client) -> AsyncIterator[str]:
 
 
 # ------------------------------------------------------------------------------------ rejected
+@pytest.mark.parametrize("version", ["v1beta1", "v1alpha1"])  # both served, one schema
 @pytest.mark.parametrize("case", list(REJECTED.values()), ids=list(REJECTED))
 async def test_rejected_by_the_apiserver_with_a_clear_message(
-    client: Client, home: str, case: Rejected
+    client: Client, home: str, case: Rejected, version: str
 ) -> None:
+    resource = dataclasses.replace(case.resource, version=version)
+    body = {**case.body, "apiVersion": f"{case.resource.group}/{version}"}
     with pytest.raises(ApiError) as caught:
-        await client.create(case.resource, case.body, home)
+        await client.create(resource, body, home)
     err = caught.value
     assert err.status in (400, 422), (err.status, err.message)
     for fragment in case.message:
         assert fragment in err.message, f"{fragment!r} not in {err.message!r}"
     # and nothing was stored
-    assert (await client.list(case.resource, home)).items == []
+    stored = {o["metadata"]["name"] for o in (await client.list(case.resource, home)).items}
+    assert body["metadata"]["name"] not in stored
 
 
 # ------------------------------------------------------------------------------------ accepted
