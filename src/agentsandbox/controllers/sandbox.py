@@ -52,7 +52,10 @@ from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import PERSISTENTVOLUMECLAIMS, PODS, SERVICES, Resource
 from agentsandbox.kube.store import KubeObject
 
-from .sandbox_plan import (
+from .sandbox_children import plan_pod, plan_pvc, plan_service, pvc_name
+from .sandbox_plan import plan, with_pod, with_pvc, with_service
+from .sandbox_status import compute_status, error_events, finish, status_patch
+from .sandbox_types import (
     DEFAULT_CLUSTER_DOMAIN,
     MIN_EXPIRY_REQUEUE,
     Action,
@@ -63,18 +66,6 @@ from .sandbox_plan import (
     Plan,
     PodPlan,
     Snapshot,
-    compute_status,
-    error_events,
-    finish,
-    plan,
-    plan_pod,
-    plan_pvc,
-    plan_service,
-    pvc_name,
-    status_patch,
-    with_pod,
-    with_pvc,
-    with_service,
 )
 
 P = TypeVar("P", ChildStep, PodPlan)

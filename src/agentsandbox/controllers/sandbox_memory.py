@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from agentsandbox.controllers.sandbox_plan import is_first_pending_status
+from agentsandbox.controllers.sandbox_status import is_first_pending_status
 from agentsandbox.kube.store import KubeObject
 
 #: Seconds a new pod gets before a first "not ready yet" status is written anyway.
