@@ -1,0 +1,369 @@
+"""Warm-pool autoscaler: the sizing decision (pure). Observation in, decision out; no I/O, no
+clock reads. The caller keeps :class:`Memory` between decisions.
+
+**The model.** A claim is served warm when the pool has a Ready sandbox for it; adopting one starts
+a replacement that becomes Ready one refill time later. With Poisson claim arrivals at rate ``λ``,
+a mean refill time ``T`` and immediate replacement, the pool of ``N`` is an Erlang loss system: the
+``N`` pool slots are the servers, a slot is busy while its replacement is being made, a claim that
+finds every slot busy is served cold (and does not occupy a slot). The share of cold claims is
+Erlang-B(N, λT) — whatever the distribution of the refill time, only its mean counts. The base size
+is the smallest ``N`` with ``1 - ErlangB(N, λT) ≥ target``.
+
+**Bursts** are what static Poisson sizing misses: many claims within one refill time. Arrivals are
+binned (``Policy.burst_bin`` seconds); a bin far above the median bin (a Poisson tail test) is
+bursty, and a run of bursty bins is a burst *episode* (start, end, size above the base). Episodes
+are remembered across decisions (:class:`Memory`). From them the decision learns
+
+- the **size** a burst needs from the pool: the claims that arrive within one refill time inside a
+  burst, sized by Erlang-B at the burst's own rate (``min(S, servers(λ_burst·min(T, D)))``: for a
+  refill longer than the burst that is the whole burst ``S``; for a fast refill a handful);
+- **when** the next burst comes, if bursts recur regularly (gaps within a factor of 2 of each
+  other): the pool grows by that headroom ``lead`` seconds before the earliest expected start
+  (lead = the 99th percentile refill time + the decision cadence + one bin), and gives it back as
+  the burst is served (the remaining claims of the burst, not more), so no replacement is made
+  that would only sit idle until the next burst;
+- for bursts that do not recur regularly the headroom is held all the time (nothing to predict).
+
+**Stabilisation.** Up at once; down only to the highest base recommendation of the last
+``scale_down_window`` seconds (HPA's rule). The learned burst schedule is a forecast, not noise,
+so it is not stabilised: its headroom comes at the predicted time and goes as the burst is served.
+
+Limits (``docs/autoscaling.md``): Poisson within a regime, refill times independent of the load
+(a real API server slows down under a burst of creates), one pool, bursts detected at bin
+granularity, a schedule learned only from regular gaps (no time-of-day seasonality).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+REASON_NO_DATA = "NoData"
+REASON_SCALED_UP = "ScaledUp"
+REASON_SCALED_DOWN = "ScaledDown"
+REASON_HOLDING = "HoldingForWindow"
+REASON_AT_MINIMUM = "AtMinimum"
+REASON_AT_MAXIMUM = "AtMaximum"
+REASON_STEADY = "Steady"
+
+
+@dataclass(frozen=True)
+class Policy:
+    min_replicas: int
+    max_replicas: int
+    target_warm_share: float  # e.g. 0.99: the share of claims to serve warm
+    scale_down_window: float = 300.0  # seconds a lower recommendation must hold before scaling down
+    # seconds of arrivals the rate is measured over (at most; less while less was observed)
+    rate_window: float = 600.0
+    # added to the measured create -> Ready time: the work queue's coalescing and the create call
+    # before the create is timed (the slot is busy from the adoption, not from the create)
+    refill_overhead: float = 0.1
+    # burst detection: bin width (seconds) and the least excess claims an episode must have
+    burst_bin: float = 10.0
+    burst_min_claims: int = 10
+    # how many past episodes the burst size and spacing are learned from
+    burst_history: int = 8
+
+
+@dataclass(frozen=True)
+class Observation:
+    now: float  # seconds (any epoch, monotonic in tests/sim)
+    arrivals: Sequence[float]  # claim creation times seen (the caller keeps a window, e.g. 10 min)
+    refill_seconds: Sequence[float]  # recent pool-sandbox create->Ready durations
+    current_replicas: int  # the pool's spec.replicas now
+
+
+@dataclass
+class Burst:
+    start: float  # first claim of the episode
+    end: float  # last claim seen in it
+    size: int  # claims above the base level
+
+
+@dataclass
+class Memory:
+    """Kept by the caller between decisions; starts empty."""
+
+    recommendations: list[tuple[float, int]] = field(default_factory=list)
+    first_seen: float | None = None  # earliest time observed (first decision or arrival)
+    last_decision: float | None = None
+    refill_mean: float | None = None  # last measured (kept when the samples run out)
+    refill_p99: float | None = None
+    bursts: list[Burst] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Decision:
+    replicas: int  # the pool size to set (within min..max)
+    reason: str  # CamelCase: see the REASON_* constants
+    message: str  # human sentence: why (rate, refill time, Erlang-B cold share, headroom)
+    arrival_rate: float  # per second, as measured (all claims in the window)
+    refill_time: float  # seconds: the mean create -> Ready time measured (+ refill_overhead)
+    predicted_warm_share: float  # 1 - ErlangB(replicas, base rate x refill time)
+    base_replicas: int = 0  # Erlang-B size for the base (non-burst) rate
+    burst_headroom: int = 0  # added for a burst (predicted, ongoing or unpredictable)
+    base_rate: float = 0.0  # per second, claims outside burst episodes
+    next_burst: float | None = None  # earliest expected start of the next burst, if predicted
+
+
+# ------------------------------------------------------------------------------------ Erlang-B
+def erlang_b(servers: int, offered_load: float) -> float:
+    """Blocking probability of an M/G/N/N loss system: the recursion
+    ``B(0) = 1, B(n) = a·B(n-1) / (n + a·B(n-1))`` (stable: no factorials, no powers)."""
+    if servers < 0:
+        raise ValueError("servers must be >= 0")
+    if offered_load < 0:
+        raise ValueError("offered_load must be >= 0")
+    b = 1.0
+    for n in range(1, servers + 1):
+        ab = offered_load * b
+        b = ab / (n + ab)
+    return b
+
+
+def servers_for(offered_load: float, target: float, cap: int) -> int:
+    """The smallest N ≤ cap with ``1 - ErlangB(N, a) ≥ target``; ``cap + 1`` if none is."""
+    if offered_load <= 0:
+        return 0
+    b = 1.0
+    n = 0
+    while 1.0 - b < target:
+        if n > cap:
+            return cap + 1
+        n += 1
+        ab = offered_load * b
+        b = ab / (n + ab)
+    return n
+
+
+# ------------------------------------------------------------------------------------ helpers
+def _percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
+    return ordered[rank]
+
+
+def _episodes(arrivals: Sequence[float], start: float, now: float, policy: Policy) -> list[Burst]:
+    """Burst episodes among ``arrivals`` in (start, now]: runs of bins far above the median."""
+    width = policy.burst_bin
+    first = math.floor(start / width)
+    last = math.floor(now / width)
+    nbins = last - first + 1
+    if nbins < 3:
+        return []
+    counts = [0] * nbins
+    members: list[list[float]] = [[] for _ in range(nbins)]
+    for t in arrivals:
+        if start < t <= now:
+            i = math.floor(t / width) - first
+            counts[i] += 1
+            members[i].append(t)
+    base = sorted(counts)[nbins // 2]
+    threshold = base + max(3.0, 4.0 * math.sqrt(base) + 1.0)
+    out: list[Burst] = []
+    run: list[int] = []
+
+    def close() -> None:
+        if not run:
+            return
+        count = sum(counts[i] for i in run)
+        span = run[-1] - run[0] + 1
+        excess = count - base * span
+        if excess >= max(policy.burst_min_claims, 6.0 * math.sqrt(base * span + 1.0)):
+            times = [t for i in run for t in members[i]]
+            out.append(Burst(start=min(times), end=max(times), size=int(excess)))
+
+    for i, c in enumerate(counts):
+        if c >= threshold:
+            if run and i - run[-1] > 2:  # a gap of more than one quiet bin ends the episode
+                close()
+                run = []
+            run.append(i)
+    close()
+    return out
+
+
+def _merge(memory: Memory, found: list[Burst], policy: Policy) -> None:
+    slack = 2 * policy.burst_bin
+    for ep in found:
+        for old in memory.bursts:
+            if ep.start <= old.end + slack and ep.end >= old.start - slack:
+                old.start = min(old.start, ep.start)
+                old.end = max(old.end, ep.end)
+                old.size = max(old.size, ep.size)
+                break
+        else:
+            memory.bursts.append(ep)
+    memory.bursts.sort(key=lambda b: b.start)
+    del memory.bursts[: max(0, len(memory.bursts) - (policy.burst_history + 1))]
+
+
+def _in_episodes(t: float, bursts: Sequence[Burst]) -> bool:
+    return any(b.start <= t <= b.end for b in bursts)
+
+
+# ------------------------------------------------------------------------------------ decide
+def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
+    now = obs.now
+    lo, hi = policy.min_replicas, max(policy.min_replicas, policy.max_replicas)
+    current = obs.current_replicas
+    cadence = (
+        min(now - memory.last_decision, policy.rate_window)
+        if memory.last_decision is not None and now > memory.last_decision
+        else policy.burst_bin
+    )
+    memory.last_decision = now
+    if memory.first_seen is None:
+        memory.first_seen = now
+    if obs.arrivals:
+        memory.first_seen = min(memory.first_seen, min(obs.arrivals))
+
+    if obs.refill_seconds:
+        memory.refill_mean = sum(obs.refill_seconds) / len(obs.refill_seconds)
+        memory.refill_p99 = _percentile(obs.refill_seconds, 0.99)
+    if memory.refill_mean is None or memory.refill_p99 is None:
+        keep = min(max(current, lo), hi)
+        return Decision(
+            replicas=keep,
+            reason=REASON_NO_DATA,
+            message=f"no refill time measured yet: keeping {keep} replicas",
+            arrival_rate=0.0,
+            refill_time=0.0,
+            predicted_warm_share=0.0,
+        )
+    refill = memory.refill_mean + policy.refill_overhead
+    lead = memory.refill_p99 + policy.refill_overhead + cadence + policy.burst_bin
+
+    # rates: all claims, and those outside burst episodes
+    span = max(min(policy.rate_window, now - memory.first_seen), policy.burst_bin)
+    since = now - span
+    recent = [t for t in obs.arrivals if since < t <= now]
+    rate = len(recent) / span
+    _merge(memory, _episodes(recent, since, now, policy), policy)
+    base_rate = sum(1 for t in recent if not _in_episodes(t, memory.bursts)) / span
+
+    target = policy.target_warm_share
+    base = servers_for(base_rate * refill, target, hi)
+    headroom, why, next_burst = _burst_headroom(now, recent, refill, lead, policy, memory)
+
+    # HPA stabilisation on the base recommendation; the burst schedule adds on top
+    base_rec = min(max(base, lo), hi)
+    memory.recommendations.append((now, base_rec))
+    horizon = now - policy.scale_down_window
+    memory.recommendations = [(t, n) for t, n in memory.recommendations if t >= horizon]
+    stable = max(n for _, n in memory.recommendations)
+    need = base + headroom
+    wanted = min(max(base_rec + headroom, lo), hi)
+    if wanted < current:
+        wanted = min(current, max(wanted, min(stable + headroom, hi)))
+    replicas = wanted
+
+    load = base_rate * refill
+    cold = erlang_b(base, load) if base <= hi else erlang_b(hi, load)
+    predicted = 1.0 - erlang_b(max(replicas - headroom, 0), load)
+    parts = [
+        f"claims {rate:.3g}/s ({base_rate:.3g}/s outside bursts), mean refill {refill:.3g}s "
+        f"(p99 {memory.refill_p99:.3g}s): offered load {load:.3g}, "
+        f"Erlang-B cold share {cold:.2%} at {min(base, hi)} for a {target:.2%} target"
+    ]
+    if headroom:
+        parts.append(f"burst headroom {headroom} ({why})")
+    elif why:
+        parts.append(why)
+    if replicas > current:
+        reason = REASON_SCALED_UP
+        parts.append(f"scaled up {current} -> {replicas}")
+    elif replicas < current:
+        reason = REASON_SCALED_DOWN
+        parts.append(f"scaled down {current} -> {replicas}")
+    elif need > hi and replicas == hi:
+        reason = REASON_AT_MAXIMUM
+        parts.append(f"needs {need}, held at the maximum {hi}")
+    elif min(max(need, lo), hi) < current:
+        reason = REASON_HOLDING
+        parts.append(
+            f"recommends {min(max(need, lo), hi)}; holding {current}: a higher recommendation "
+            f"within the last {policy.scale_down_window:g}s"
+        )
+    elif need <= lo and replicas == lo:
+        reason = REASON_AT_MINIMUM
+        parts.append(f"at the minimum {lo}")
+    else:
+        reason = REASON_STEADY
+        parts.append(f"keeping {replicas}")
+    return Decision(
+        replicas=replicas,
+        reason=reason,
+        message="; ".join(parts),
+        arrival_rate=rate,
+        refill_time=refill,
+        predicted_warm_share=predicted,
+        base_replicas=base_rec,
+        burst_headroom=headroom,
+        base_rate=base_rate,
+        next_burst=next_burst,
+    )
+
+
+def _burst_headroom(
+    now: float,
+    recent: Sequence[float],
+    refill: float,
+    lead: float,
+    policy: Policy,
+    memory: Memory,
+) -> tuple[int, str, float | None]:
+    """(headroom, why, next expected burst start) from the learned episodes."""
+    bursts = memory.bursts
+    if not bursts:
+        return 0, "", None
+    cap = policy.max_replicas
+    target = policy.target_warm_share
+    ongoing = bursts[-1] if bursts[-1].end >= now - 2 * policy.burst_bin else None
+    done = [b for b in bursts if b is not ongoing][-policy.burst_history :]
+
+    def need(size: int, duration: float) -> int:
+        rate = size / max(duration, policy.burst_bin)
+        return min(size, servers_for(rate * min(refill, duration), target, cap))
+
+    if ongoing is not None:
+        seen = sum(1 for t in recent if t >= ongoing.start)
+        if done:
+            size = max(b.size for b in done)
+            duration = max(b.end - b.start for b in done)
+            remaining = max(0, size - seen)
+            return (
+                min(need(size, duration), remaining),
+                f"burst under way: {seen} of ~{size} claims seen",
+                None,
+            )
+        # a first burst: react at its own rate
+        duration = max(now - ongoing.start, policy.burst_bin)
+        return need(seen, duration), f"burst under way: {seen} claims so far", None
+    size = max(b.size for b in done)
+    duration = max(b.end - b.start for b in done)
+    headroom = need(size, duration)
+    starts = [b.start for b in done]
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    if not gaps:
+        return 0, f"one burst of {size} seen; waiting for a second to learn the spacing", None
+    gmin, gmax = min(gaps), max(gaps)
+    if gmax > 2 * gmin:
+        return headroom, f"bursts of up to {size} at irregular gaps: held", None
+    earliest = starts[-1] + gmin - (gmax - gmin) - policy.burst_bin
+    if now > starts[-1] + 2 * gmax:
+        return 0, f"bursts every ~{gmin:.0f}-{gmax:.0f}s stopped", None
+    if now >= earliest - lead:
+        return (
+            headroom,
+            f"next burst of ~{size} expected from t+{max(earliest - now, 0):.0f}s "
+            f"(every {gmin:.0f}-{gmax:.0f}s, lead {lead:.0f}s)",
+            earliest,
+        )
+    return (
+        0,
+        f"next burst of ~{size} expected in {earliest - now:.0f}s; growing {lead:.0f}s before",
+        earliest,
+    )
