@@ -544,6 +544,17 @@ CLAIM_WARMPOOL_WITH_TEMPLATE = rule(
 )
 
 
+#: A managed template's NetworkPolicy is ``<template>-network-policy`` (15 characters more), and an
+#: object name has at most 253: a longer template name would leave its sandboxes without the
+#: policy (issue 13, bad input). Unmanaged templates have no policy, so no limit beyond 253.
+TEMPLATE_NAME_FITS_ITS_NETWORK_POLICY = rule(
+    "size(self.metadata.name) <= 238 || (has(self.spec.networkPolicyManagement) && "
+    "self.spec.networkPolicyManagement == 'Unmanaged')",
+    "a SandboxTemplate name has at most 238 characters (its NetworkPolicy is named "
+    "<name>-network-policy, at most 253), unless spec.networkPolicyManagement is Unmanaged",
+)
+
+
 class Schemas:
     """The spec/status schemas of our four kinds."""
 
@@ -816,6 +827,7 @@ def crd(
     columns: list[Schema],
     scale: bool,
     description: str,
+    rules: list[dict[str, str]] | None = None,
 ) -> Schema:
     props: Schema = {
         "apiVersion": string(),
@@ -825,7 +837,7 @@ def crd(
     }
     if status is not None:
         props["status"] = status
-    root = obj(props, description, required=["spec"])
+    root = obj(props, description, required=["spec"], rules=rules)
     subresources: Schema = {}
     if status is not None:
         subresources["status"] = {}
@@ -913,6 +925,7 @@ def build(schemas: Mapping[str, Any]) -> dict[str, Schema]:
             spec=s.template(),
             status=None,
             scale=False,
+            rules=[TEMPLATE_NAME_FITS_ITS_NETWORK_POLICY],
             columns=[
                 AGE,
                 column("Network Policy", "string", ".spec.networkPolicyManagement", priority=1),

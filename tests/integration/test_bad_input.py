@@ -202,6 +202,11 @@ REJECTED: dict[str, Rejected] = {
         with_meta(template("t"), name=LONG_NAME),
         ("must be no more than 253 characters",),
     ),
+    "template-name-too-long-for-its-network-policy": Rejected(
+        SANDBOX_TEMPLATES,
+        with_meta(template("t"), name="t" * 239),
+        ("a SandboxTemplate name has at most 238 characters (its NetworkPolicy is named",),
+    ),
     "template-label-value-too-long": Rejected(
         SANDBOX_TEMPLATES,
         with_meta(template("t"), labels={"team": LONG_VALUE}),
@@ -691,10 +696,15 @@ class TestAcceptedThenReported:
     async def test_longest_names_every_kind_accepts_serve_a_claim(
         self, client: Client, home: str
     ) -> None:
-        """253 characters (the most the apiserver takes) for the template, the pool and the
-        claim: the pool's sandboxes get generated names, labels carry hashes, and the warm
-        claim is served."""
-        tpl, pl, cl = "t" * 253, "p" * 253, "c" * 253
+        """The longest names each kind accepts: 253 characters (the most the apiserver takes)
+        for the pool and the claim, 238 for a template with a managed NetworkPolicy (named
+        ``<template>-network-policy``, 253), 253 for an Unmanaged one. The policy exists, the
+        pool's sandboxes get generated names, labels carry hashes, and the warm claim is
+        served."""
+        tpl, pl, cl = "t" * 238, "p" * 253, "c" * 253
+        await client.create(
+            SANDBOX_TEMPLATES, template("u" * 253, networkPolicyManagement="Unmanaged"), home
+        )
         await client.create(SANDBOX_TEMPLATES, template(tpl), home)
         await client.create(SANDBOX_WARM_POOLS, pool(pl, tpl, 1), home)
 
@@ -711,6 +721,8 @@ class TestAcceptedThenReported:
         c = await until(claim_ready, "the claim with a 253-character name Ready", 30)
         served = c["status"]["sandbox"]["name"]
         assert served.startswith("p" * 50) and len(served) <= 63
+        policy = await client.get(NETWORKPOLICIES, f"{tpl}-network-policy", home)
+        assert len(policy["metadata"]["name"]) == 253
 
 
 async def _async(value: Any) -> Any:
