@@ -7,7 +7,7 @@ Every case ends one of two ways, never in a crash, a hot loop or an unbounded bu
   text a user sees;
 - **accepted, then reported**: a status condition on the object and a Kubernetes Event say why it
   does not progress, after which the object is left alone (its resourceVersion stays put and the
-  controllers' reconcile counters barely move).
+  controllers make only backoff-paced passes over it).
 
 And a pool of 10^6 replicas (``--sandbox-warm-pool-max-batch-size=300``, a small
 ``--kube-api-qps``): creates per pass ≤ 300, creates/s within the QPS flag, progress in
