@@ -9,11 +9,13 @@ a warm pool, warm and cold claims in a namespace that also holds objects planted
 - **objects of another controller** (``controller: true`` to a ConfigMap): a Sandbox with the
   pool's labels and the template's exact pod spec, a Sandbox with the name a cold claim will
   want, a Pod with the name a Sandbox wants, the NetworkPolicy name a template wants: never
-  written (resourceVersion unchanged after all that activity);
+  written (the Pod's and the NetworkPolicy's resourceVersion unchanged after all that activity;
+  the Sandboxes, which the Sandbox controller serves whoever controls them, keep their spec,
+  labels and owner references);
 - **secrets**: a random 32-character canary in a claim's ``env`` value, in claim and pod
   template annotations and in a Secret the pods read (the controller runs with admin rights, so
   it could read it): it never appears in any log line, raw or base64-encoded, although debug
-  logging is on (and shown to be, by counting debug lines).
+  logging is on (and shown to be, by counting debug lines), nor in any Event.
 """
 
 from __future__ import annotations
