@@ -414,7 +414,7 @@ async def test_priority_and_fairness_throttling_429_is_retried_and_nothing_is_lo
                 await _setup_pool(pclient, pns, 10)
                 names = await _claims(pclient, pns, 20)
                 served = await check_converged(
-                    pclient, pns, pools={"pool": 10}, claims=names, history=history, within=120
+                    pclient, pns, pools={"pool": 10}, claims=names, history=history, within=180
                 )
                 took = time.monotonic() - t0
             text = scrape(mport)
@@ -424,6 +424,12 @@ async def test_priority_and_fairness_throttling_429_is_retried_and_nothing_is_lo
         private_cluster.api("DELETE", f"{FLOWCONTROL}/prioritylevelconfigurations/{level}")
     throttled = metric_sum(text, "rest_client_requests_total", code="429")
     answered = metric_sum(text, "rest_client_requests_total") - throttled
+    by = {
+        line.split("{", 1)[1].split("}", 1)[0]: line.rsplit(" ", 1)[1]
+        for line in text.splitlines()
+        if line.startswith("rest_client_requests_total{")
+    }
+    print(f"\nrequests by code and method: {by}")
     print(
         f"\n429s {throttled:.0f}, other answers {answered:.0f}; pool of 10 and 20 claims "
         f"served in {took:.1f}s"

@@ -62,11 +62,19 @@ async def test_two_replicas_one_acts_and_the_standby_finishes_after_a_kill_9(
             assert a.poll() is None, (tmp_path / "a.log").read_text()[-2000:]
             assert time.monotonic() < deadline, "a never leads"
             await asyncio.sleep(0.1)
-        stack.enter_context(
+        b = stack.enter_context(
             controller_process(
                 cluster, tmp_path / "b.log", ports["b"], argv0=SHORT_LEASE, flags=flags, env=env
             )
         )
+        while True:  # b is up and standing by: its metrics answer
+            assert b.poll() is None, (tmp_path / "b.log").read_text()[-2000:]
+            assert time.monotonic() < deadline + 30, "b's metrics never answered"
+            try:
+                scrape(ports["b"])
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
         await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
         await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 20), namespace)
         await check_converged(client, namespace, pools={"pool": 20})
