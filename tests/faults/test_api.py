@@ -338,8 +338,9 @@ FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1"
 async def test_priority_and_fairness_throttling_429_is_retried_and_nothing_is_lost(
     private_cluster: DevCluster, pclient: Client, pns: str, tmp_path: Path
 ) -> None:
-    """About 45 s (two apiserver restarts with a small total concurrency, so that the
-    controller's own priority level gets one seat). The controller runs as a user of its own
+    """10-90 s depending on the machine's load, plus two apiserver restarts (with a small total
+    concurrency, so that the controller's own priority level gets one seat, and back). The
+    controller runs as a user of its own
     (cluster-admin, not system:masters, so not exempt); a FlowSchema sends all its requests to a
     PriorityLevelConfiguration with one seat and one queue of 4: whatever is beyond one request
     running and 4 waiting is answered 429. A pool of 10 fills and 20 claims are served anyway."""
