@@ -18,10 +18,11 @@ are remembered across decisions (:class:`Memory`). From them the decision learns
   burst, sized by Erlang-B at the burst's own rate (``min(S, servers(λ_burst·min(T, D)))``: for a
   refill longer than the burst that is the whole burst ``S``; for a fast refill a handful);
 - **when** the next burst comes, if bursts recur regularly (gaps within a factor of 2 of each
-  other): the pool grows by that headroom ``lead`` seconds before the earliest expected start
-  (lead = the 99th percentile refill time + the decision cadence + one bin), and gives it back as
-  the burst is served (the remaining claims of the burst, not more), so no replacement is made
-  that would only sit idle until the next burst;
+  other): the pool grows by that headroom ``lead`` seconds before the earliest expected start and
+  gives it back as the burst is served (the remaining claims of the burst, not more), so no
+  replacement is made that would only sit idle until the next burst. The lead comes from the
+  measured refill times and the burst's length (:func:`lead_time`: the claims late in a burst
+  can wait for the slower creates) plus the decision cadence;
 - for bursts that do not recur regularly the headroom is held all the time (nothing to predict).
 
 **Stabilisation.** Up at once; down only to the highest base recommendation of the last
@@ -91,6 +92,7 @@ class Memory:
     last_decision: float | None = None
     refill_mean: float | None = None  # last measured (kept when the samples run out)
     refill_p99: float | None = None
+    refill_sorted: list[float] = field(default_factory=list)  # the last samples, sorted
     bursts: list[Burst] = field(default_factory=list)
 
 
@@ -139,6 +141,26 @@ def servers_for(offered_load: float, target: float, cap: int) -> int:
 
 
 # ------------------------------------------------------------------------------------ helpers
+def lead_time(refills: Sequence[float], duration: float, target: float) -> float:
+    """How long before a burst of ``duration`` seconds its headroom must be created.
+
+    The burst's claims arrive spread over ``duration``; the share ``p`` of them that arrives first
+    needs Ready sandboxes only ``p·duration`` after the start. Sandboxes created ``lead`` seconds
+    before the start are Ready by then in the share ``F(lead + p·duration)`` (F: the refill
+    times' distribution, from the samples). Every ``p`` up to the target must be covered:
+    ``lead = max over p <= target of (Q(p) - p·duration)``.
+    """
+    ordered = sorted(refills)
+    n = len(ordered)
+    lead = 0.0
+    for k, q in enumerate(ordered):
+        p = k / n
+        if p > target:
+            break
+        lead = max(lead, q - p * duration)
+    return lead
+
+
 def _percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
@@ -223,6 +245,7 @@ def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     if obs.refill_seconds:
         memory.refill_mean = sum(obs.refill_seconds) / len(obs.refill_seconds)
         memory.refill_p99 = _percentile(obs.refill_seconds, 0.99)
+        memory.refill_sorted = sorted(obs.refill_seconds)
     if memory.refill_mean is None or memory.refill_p99 is None:
         keep = min(max(current, lo), hi)
         return Decision(
@@ -234,7 +257,7 @@ def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
             predicted_warm_share=0.0,
         )
     refill = memory.refill_mean + policy.refill_overhead
-    lead = memory.refill_p99 + policy.refill_overhead + cadence + policy.burst_bin
+    margin = policy.refill_overhead + cadence
 
     # rates: all claims, and those outside burst episodes
     span = max(min(policy.rate_window, now - memory.first_seen), policy.burst_bin)
@@ -246,7 +269,7 @@ def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
 
     target = policy.target_warm_share
     base = servers_for(base_rate * refill, target, hi)
-    headroom, why, next_burst = _burst_headroom(now, recent, refill, lead, policy, memory)
+    headroom, why, next_burst = _burst_headroom(now, recent, refill, margin, policy, memory)
 
     # HPA stabilisation on the base recommendation; the burst schedule adds on top
     base_rec = min(max(base, lo), hi)
@@ -254,7 +277,7 @@ def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     horizon = now - policy.scale_down_window
     memory.recommendations = [(t, n) for t, n in memory.recommendations if t >= horizon]
     stable = max(n for _, n in memory.recommendations)
-    need = base + headroom
+    need = base_rec + headroom
     wanted = min(max(base_rec + headroom, lo), hi)
     if wanted < current:
         wanted = min(current, max(wanted, min(stable + headroom, hi)))
@@ -311,7 +334,7 @@ def _burst_headroom(
     now: float,
     recent: Sequence[float],
     refill: float,
-    lead: float,
+    margin: float,
     policy: Policy,
     memory: Memory,
 ) -> tuple[int, str, float | None]:
@@ -353,6 +376,7 @@ def _burst_headroom(
     if gmax > 2 * gmin:
         return headroom, f"bursts of up to {size} at irregular gaps: held", None
     earliest = starts[-1] + gmin - (gmax - gmin) - policy.burst_bin
+    lead = margin + lead_time(memory.refill_sorted, duration, target)
     if now > starts[-1] + 2 * gmax:
         return 0, f"bursts every ~{gmin:.0f}-{gmax:.0f}s stopped", None
     if now >= earliest - lead:

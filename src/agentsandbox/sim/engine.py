@@ -1,0 +1,446 @@
+"""The discrete-event simulation of one warm pool (no cluster).
+
+Events, in simulated seconds: claims arrive (from a :class:`~.traces.Trace`); a claim adopts the
+oldest Ready pool sandbox (**warm**) or goes **cold** (its latency is a create -> Ready draw);
+the pool reconciles — the real :func:`agentsandbox.controllers.warmpool_plan.plan` on a Snapshot
+of fake Sandbox objects — and its creates become Ready after a draw from the latency
+distribution; optionally the autoscaler calls the real
+:func:`agentsandbox.controllers.autoscaler_plan.decide` every ``decide_interval`` seconds and
+sets ``spec.replicas``.
+
+Reconciles are coalesced per 100 ms of simulated time, as the work queue coalesces the events of
+one pool: every event that enqueues the pool in a 100 ms tick leads to one reconcile at the end of
+that tick. The pool is enqueued by what can change its plan: a member adopted by a claim, a
+change of ``spec.replicas``, and the ``requeue_after`` a plan asks for (the stuck-sandbox
+deadline). A Sandbox turning Ready re-queues the real pool too, but that pass only rewrites
+the pool's status (creates and deletes count members, Ready or not), so it is not simulated.
+
+Two shortcuts keep a simulated day within seconds, both exact for what the simulator uses:
+
+- the template never changes, so its two hashes (``pod_template_hash``,
+  ``sandbox_blueprint_hash``) and the parsed creation timestamps are memoised while a
+  simulation runs (:func:`fast_plan`);
+- **the compact view**: when the pool is not above ``spec.replicas`` (no excess to delete) plan
+  is shown all not-Ready members that are past or nearest their readiness deadline plus a few
+  Ready ones, with ``spec.replicas`` lowered by the number hidden. Creates (``replicas -
+  members``), stuck replacements and the requeue deadline come out the same; above
+  ``spec.replicas`` (a scale-down: the deletion order looks at every member) plan sees the whole
+  pool. ``check_view=True`` runs plan on the whole pool as well and asserts the same decisions
+  (the unit tests do).
+
+Not modelled: API latency and errors, the API server slowing down under many creates (the
+create -> Ready draws are independent of the load), expectations (the simulated cache sees every
+write at once), terminating sandboxes (deletes are instant), claims adopting a not-Ready pool
+sandbox (the real claim controller takes the oldest not-Ready one when no Ready one is left;
+here such a claim is cold), the claim's own writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import functools
+import heapq
+import math
+import random
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentsandbox.api import keys
+from agentsandbox.api.hashing import name_hash
+from agentsandbox.api.kinds import SANDBOX, SANDBOX_WARM_POOL
+from agentsandbox.controllers import warmpool_plan
+from agentsandbox.controllers.autoscaler_plan import Memory, Observation, Policy, decide
+from agentsandbox.controllers.warmpool_plan import Settings, Snapshot
+
+from .latency import Latency
+from .traces import Trace
+
+EPOCH = 1_800_000_000.0  # simulated t = 0 as a wall-clock time (timestamps in the objects)
+TICK = 0.1  # seconds: reconciles coalesced per tick
+WARM_LATENCY = 0.017  # seconds: a warm claim (P1's p50 at 10 claims/s, docs/benchmarks.md)
+NAMESPACE = "sim"
+POOL = "pool"
+VISIBLE_READY = 4  # Ready members the compact view shows
+VISIBLE_NOT_READY = 8  # not-Ready members it shows beyond those past their deadline
+
+TEMPLATE: dict[str, Any] = {
+    "apiVersion": SANDBOX_WARM_POOL.api_version,
+    "kind": "SandboxTemplate",
+    "metadata": {"name": "tpl", "namespace": NAMESPACE, "uid": "uid-tpl"},
+    "spec": {"podTemplate": {"spec": {"containers": [{"name": "agent", "image": "agent:1"}]}}},
+}
+OWNER = [
+    {
+        "apiVersion": SANDBOX_WARM_POOL.api_version,
+        "kind": "SandboxWarmPool",
+        "name": POOL,
+        "uid": "uid-pool",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+]
+LABELS = {keys.LABEL_WARM_POOL_SANDBOX: name_hash(POOL)}
+READY_STATUS = {"conditions": [{"type": "Ready", "status": "True", "reason": "DependenciesReady"}]}
+PENDING_STATUS = {
+    "conditions": [{"type": "Ready", "status": "False", "reason": "DependenciesNotReady"}]
+}
+
+
+@contextlib.contextmanager
+def fast_plan() -> Iterator[None]:
+    """Memoise the template hashes and timestamp parsing that plan() redoes on every pass."""
+    names = ("pod_template_hash", "sandbox_blueprint_hash", "parse_rfc3339")
+    saved = {n: getattr(warmpool_plan, n) for n in names}
+    memo: dict[tuple[str, str], Any] = {}
+
+    def hashed(name: str) -> Any:
+        real = saved[name]
+
+        def wrapper(obj: Any) -> Any:
+            key = (name, repr(obj))
+            if key not in memo:
+                memo[key] = real(obj)
+            return memo[key]
+
+        return wrapper
+
+    fast = {
+        "pod_template_hash": hashed("pod_template_hash"),
+        "sandbox_blueprint_hash": hashed("sandbox_blueprint_hash"),
+        "parse_rfc3339": functools.lru_cache(maxsize=65536)(saved["parse_rfc3339"]),
+    }
+    for n, f in fast.items():
+        setattr(warmpool_plan, n, f)
+    try:
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(warmpool_plan, n, f)
+
+
+def _stamp(t: float) -> str:
+    return dt.datetime.fromtimestamp(EPOCH + t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Member:
+    uid: str
+    created: float  # simulated seconds (the object's timestamp is this, to the second)
+    obj: dict[str, Any]
+    ready_at: float | None = None
+
+
+@dataclass
+class Result:
+    label: str
+    trace: str
+    latency: str
+    replicas: int | None  # a static pool's size (None: autoscaled)
+    claims: int = 0  # after the warm-up
+    warm: int = 0
+    claims_all: int = 0  # the whole run
+    warm_all: int = 0
+    latencies: list[float] = field(default_factory=list)  # seconds, after the warm-up
+    idle_seconds: float = 0.0  # pool members (starting or Ready, unclaimed) x seconds
+    ready_idle_seconds: float = 0.0  # Ready unclaimed members x seconds
+    measured_seconds: float = 0.0
+    claimed_seconds: float = 0.0  # claims x dwell (+ cold wait), after the warm-up
+    creates: int = 0
+    deletes: int = 0
+    plan_calls: int = 0
+    decisions: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    max_replicas: int = 0
+    # (t, spec.replicas, members, ready) every sample_every seconds
+    series: list[tuple[float, int, int, int]] = field(default_factory=list)
+    runtime: float = 0.0
+
+    @property
+    def warm_share(self) -> float:
+        return self.warm / self.claims if self.claims else 1.0
+
+    @property
+    def warm_share_all(self) -> float:
+        return self.warm_all / self.claims_all if self.claims_all else 1.0
+
+    @property
+    def mean_pool(self) -> float:
+        return self.idle_seconds / self.measured_seconds if self.measured_seconds else 0.0
+
+    def percentile(self, q: float) -> float:
+        if not self.latencies:
+            return 0.0
+        ordered = sorted(self.latencies)
+        return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
+
+
+@dataclass(frozen=True)
+class Config:
+    trace: Trace
+    latency: Latency
+    seed: int = 1
+    static: int | None = None  # a static pool of this size, else autoscaled by policy
+    policy: Policy | None = None
+    decide_interval: float = 15.0  # seconds between autoscaler decisions
+    arrival_window: float = 600.0  # seconds of claim arrivals the autoscaler is given
+    refill_samples: int = 200  # recent create -> Ready durations it is given
+    warmup: float = 3600.0  # seconds at the start not counted in the figures
+    sample_every: float = 60.0
+    settings: Settings = field(default_factory=Settings)
+    check_view: bool = False  # run plan on the whole pool too and compare (slow; for tests)
+
+
+def default_policy() -> Policy:
+    return Policy(min_replicas=1, max_replicas=2000, target_warm_share=0.99)
+
+
+class Simulation:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.rng = random.Random(f"sim-{cfg.seed}-{cfg.latency.name}")
+        self.policy = cfg.policy or default_policy()
+        self.autoscaled = cfg.static is None
+        self.replicas = cfg.static if cfg.static is not None else self.policy.min_replicas
+        self.pool: dict[str, Any] = {
+            "apiVersion": SANDBOX_WARM_POOL.api_version,
+            "kind": "SandboxWarmPool",
+            "metadata": {
+                "name": POOL,
+                "namespace": NAMESPACE,
+                "uid": "uid-pool",
+                "generation": 1,
+            },
+            "spec": {"replicas": self.replicas, "sandboxTemplateRef": {"name": "tpl"}},
+            "status": {},
+        }
+        self.members: dict[str, Member] = {}
+        self.pending: dict[str, None] = {}  # not-Ready members, oldest first
+        self.ready: dict[str, None] = {}  # Ready members, oldest Ready first
+        self.heap: list[tuple[float, int, int, str]] = []
+        self.seq = 0
+        self.ticks: set[int] = set()
+        self.names = 0
+        self.arrivals: deque[float] = deque()
+        self.refills: deque[float] = deque(maxlen=cfg.refill_samples)
+        self.memory = Memory()
+        label = f"static {cfg.static}" if cfg.static is not None else "autoscaled"
+        self.result = Result(label, cfg.trace.name, cfg.latency.name, cfg.static)
+        self.last_t = 0.0
+
+    # ------------------------------------------------------------------------- bookkeeping
+    def _push(self, t: float, kind: int, data: str = "") -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, data))
+
+    def _enqueue(self, t: float) -> None:
+        k = math.floor(t / TICK + 1e-9) + 1
+        if k not in self.ticks:
+            self.ticks.add(k)
+            self._push(k * TICK, RECONCILE, str(k))
+
+    def _account(self, t: float) -> None:
+        """Integrate the idle pool up to ``t`` (only after the warm-up)."""
+        start = max(self.last_t, self.cfg.warmup)
+        if t > start:
+            dt_ = t - start
+            self.result.idle_seconds += len(self.members) * dt_
+            self.result.ready_idle_seconds += len(self.ready) * dt_
+            self.result.measured_seconds += dt_
+        self.last_t = max(self.last_t, t)
+
+    def _create(self, t: float, ready: bool = False) -> None:
+        self.names += 1
+        uid = f"sb-{self.names}"
+        created = math.floor(t)  # the API's timestamps are to the second
+        obj = {
+            "apiVersion": SANDBOX.api_version,
+            "kind": "Sandbox",
+            "metadata": {
+                "name": f"{POOL}-{self.names:07d}",
+                "namespace": NAMESPACE,
+                "uid": uid,
+                "labels": LABELS,
+                "ownerReferences": OWNER,
+                "creationTimestamp": _stamp(created),
+            },
+            "status": READY_STATUS if ready else PENDING_STATUS,
+        }
+        member = Member(uid, t, obj)
+        self.members[uid] = member
+        if ready:
+            member.ready_at = t
+            self.ready[uid] = None
+        else:
+            self.pending[uid] = None
+            self._push(t + self.cfg.latency.draw(self.rng), READY, uid)
+
+    def _remove(self, uid: str) -> None:
+        self.members.pop(uid, None)
+        self.pending.pop(uid, None)
+        self.ready.pop(uid, None)
+
+    # ------------------------------------------------------------------------- reconcile
+    def _view(self, t: float) -> tuple[list[dict[str, Any]], int]:
+        """The sandboxes plan sees and how many members are hidden from it."""
+        if self.replicas < len(self.members):
+            return [m.obj for m in self.members.values()], 0
+        grace = self.cfg.settings.readiness_grace_period
+        shown: list[dict[str, Any]] = []
+        extra = 0
+        for uid in self.pending:
+            m = self.members[uid]
+            if t - math.floor(m.created) <= grace:
+                extra += 1
+                if extra > VISIBLE_NOT_READY:
+                    break
+            shown.append(m.obj)
+        for i, uid in enumerate(self.ready):
+            if i >= VISIBLE_READY:
+                break
+            shown.append(self.members[uid].obj)
+        return shown, len(self.members) - len(shown)
+
+    def _plan(self, t: float, sandboxes: list[dict[str, Any]], hidden: int) -> warmpool_plan.Plan:
+        pool = {**self.pool, "spec": {**self.pool["spec"], "replicas": self.replicas - hidden}}
+        snap = Snapshot(
+            pool=pool,
+            sandboxes=sandboxes,
+            template=TEMPLATE,
+            template_error=None,
+            now=EPOCH + t,
+            settings=self.cfg.settings,
+        )
+        return warmpool_plan.plan(snap)
+
+    def _reconcile(self, t: float) -> None:
+        shown, hidden = self._view(t)
+        out = self._plan(t, shown, hidden)
+        self.result.plan_calls += 1
+        if self.cfg.check_view and hidden:
+            full = self._plan(t, [m.obj for m in self.members.values()], 0)
+            assert full.create == out.create, (t, full.create, out.create)
+            assert [s["metadata"]["uid"] for s in full.delete_stuck] == [
+                s["metadata"]["uid"] for s in out.delete_stuck
+            ]
+            assert not full.delete_excess and not out.delete_excess
+            assert full.requeue_after == out.requeue_after, (full.requeue_after, out.requeue_after)
+        self.pool["status"] = out.status
+        self._account(t)
+        for sb in [*out.delete_stale, *out.delete_stuck, *out.delete_excess]:
+            self._remove(sb["metadata"]["uid"])
+            self.result.deletes += 1
+        for _ in range(out.create):
+            self._create(t)
+            self.result.creates += 1
+        if out.requeue_after is not None:
+            self._enqueue(t + out.requeue_after)
+
+    # ------------------------------------------------------------------------- events
+    def _arrive(self, t: float) -> None:
+        cfg = self.cfg
+        self.arrivals.append(t)
+        counted = t >= cfg.warmup
+        self.result.claims_all += 1
+        if self.ready:
+            self._account(t)
+            uid = next(iter(self.ready))
+            self._remove(uid)
+            self._enqueue(t)
+            latency = WARM_LATENCY
+            self.result.warm_all += 1
+            if counted:
+                self.result.warm += 1
+        else:
+            latency = cfg.latency.draw(self.rng)
+        if counted:
+            self.result.claims += 1
+            self.result.latencies.append(latency)
+            self.result.claimed_seconds += latency + cfg.trace.dwell
+
+    def _ready(self, t: float, uid: str) -> None:
+        member = self.members.get(uid)
+        if member is None:
+            return  # deleted before it was Ready
+        self._account(t)
+        member.ready_at = t
+        member.obj["status"] = READY_STATUS
+        del self.pending[uid]
+        self.ready[uid] = None
+        self.refills.append(t - member.created)
+
+    def _decide(self, t: float) -> None:
+        horizon = t - self.cfg.arrival_window
+        while self.arrivals and self.arrivals[0] <= horizon:
+            self.arrivals.popleft()
+        d = decide(
+            Observation(
+                now=t,
+                arrivals=list(self.arrivals),
+                refill_seconds=list(self.refills),
+                current_replicas=self.replicas,
+            ),
+            self.policy,
+            self.memory,
+        )
+        self.result.decisions += 1
+        self.result.reasons[d.reason] = self.result.reasons.get(d.reason, 0) + 1
+        if d.replicas != self.replicas:
+            self.replicas = d.replicas
+            self.pool["spec"]["replicas"] = d.replicas
+            self._enqueue(t)
+
+    def _sample(self, t: float) -> None:
+        self.result.series.append((t, self.replicas, len(self.members), len(self.ready)))
+        if t >= self.cfg.warmup:
+            self.result.max_replicas = max(self.result.max_replicas, self.replicas)
+
+    # ------------------------------------------------------------------------- run
+    def run(self) -> Result:
+        started = time.perf_counter()
+        cfg = self.cfg
+        end = cfg.trace.duration
+        for _ in range(self.replicas):  # the pool starts full at its initial size
+            self._create(0.0, ready=True)
+        if self.autoscaled:
+            self._push(0.0, DECIDE)
+        self._push(0.0, SAMPLE)
+        arrivals = cfg.trace.arrivals
+        i, n = 0, len(arrivals)
+        heap = self.heap
+        with fast_plan():
+            while True:
+                next_arrival = arrivals[i] if i < n else math.inf
+                next_event = heap[0][0] if heap else math.inf
+                t = min(next_arrival, next_event)
+                if t >= end:
+                    break
+                if next_arrival <= next_event:
+                    i += 1
+                    self._arrive(t)
+                    continue
+                _, _, kind, data = heapq.heappop(heap)
+                if kind == READY:
+                    self._ready(t, data)
+                elif kind == RECONCILE:
+                    self.ticks.discard(int(data))
+                    self._reconcile(t)
+                elif kind == DECIDE:
+                    self._decide(t)
+                    self._push(t + cfg.decide_interval, DECIDE)
+                else:
+                    self._sample(t)
+                    self._push(t + cfg.sample_every, SAMPLE)
+        self._account(end)
+        self.result.runtime = time.perf_counter() - started
+        return self.result
+
+
+READY, RECONCILE, DECIDE, SAMPLE = range(4)
+
+
+def simulate(cfg: Config) -> Result:
+    return Simulation(cfg).run()
