@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,8 @@ class Soak:
         self.events: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self.t0 = 0.0
+        self.leader: ControllerProcess
+        self.standby: ControllerProcess
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -300,7 +303,7 @@ class Soak:
     async def check(self, api: Client, history: SandboxHistory) -> dict[str, Any]:
         out: dict[str, Any] = {}
         pool = (await api.get(SANDBOX_WARM_POOLS, "pool", self.ns))["spec"]["replicas"]
-        checks = {
+        checks: dict[str, Callable[[], Awaitable[Any]]] = {
             "pool_exactly_at_replicas": lambda: wait_ready_pool(api, self.ns, "pool", pool, 120),
             "live_claims_one_sandbox_each": lambda: self.live_claims(api),
             "nothing_orphaned": lambda: check_owned(api, self.ns),
