@@ -277,7 +277,8 @@ def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     horizon = now - policy.scale_down_window
     memory.recommendations = [(t, n) for t, n in memory.recommendations if t >= horizon]
     stable = max(n for _, n in memory.recommendations)
-    need = base_rec + headroom
+    need = base + headroom  # unclamped
+    rec = min(max(base_rec + headroom, lo), hi)
     wanted = min(max(base_rec + headroom, lo), hi)
     if wanted < current:
         wanted = min(current, max(wanted, min(stable + headroom, hi)))
@@ -304,10 +305,10 @@ def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     elif need > hi and replicas == hi:
         reason = REASON_AT_MAXIMUM
         parts.append(f"needs {need}, held at the maximum {hi}")
-    elif min(max(need, lo), hi) < current:
+    elif rec < current:
         reason = REASON_HOLDING
         parts.append(
-            f"recommends {min(max(need, lo), hi)}; holding {current}: a higher recommendation "
+            f"recommends {rec}; holding {current}: a higher recommendation "
             f"within the last {policy.scale_down_window:g}s"
         )
     elif need <= lo and replicas == lo:

@@ -107,8 +107,8 @@ def compare(
             f"({auto.runtime:.1f}s)"
         )
     if static_size is not None:
-        static = simulate(dataclasses.replace(cfg, static=static_size, policy=None))
-        return Comparison(auto, static, static_size, target, {static_size: static.warm_share})
+        fixed = simulate(dataclasses.replace(cfg, static=static_size, policy=None))
+        return Comparison(auto, fixed, static_size, target, {static_size: fixed.warm_share})
     if not search:
         return Comparison(auto, None, None, target)
     started = time.perf_counter()
