@@ -189,7 +189,7 @@ class Config:
     arrival_window: float = 600.0  # seconds of claim arrivals the autoscaler is given
     refill_samples: int = 200  # recent create -> Ready durations it is given
     warmup: float = 3600.0  # seconds at the start not counted in the figures
-    sample_every: float = 60.0
+    sample_every: float = 10.0
     settings: Settings = field(default_factory=Settings)
     check_view: bool = False  # run plan on the whole pool too and compare (slow; for tests)
 

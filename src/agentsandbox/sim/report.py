@@ -147,21 +147,22 @@ def _plot(path: Path, trace: Trace, comparisons: Sequence[Comparison]) -> None:
     import matplotlib.pyplot as plt
 
     cols = len(comparisons)
-    fig, axes = plt.subplots(2, cols, figsize=(7.5 * cols, 8), squeeze=False)
+    fig, axes = plt.subplots(3, cols, figsize=(7.5 * cols, 11), squeeze=False)
     hours = trace.duration > 4 * 3600
     scale = 3600.0 if hours else 60.0
     unit = "h" if hours else "min"
-    # claims per minute, for the arrival-rate overlay
     per_min: dict[int, int] = {}
     for t in trace.arrivals:
         per_min[int(t // 60)] = per_min.get(int(t // 60), 0) + 1
     minutes = range(int(trace.duration // 60) + 1)
+    # a 30 min zoom from the middle of the run
+    z0 = max(0.0, trace.duration / 2 - 900)
+    z1 = min(trace.duration, z0 + 1800)
     for col, c in enumerate(comparisons):
-        ax = axes[0][col]
         a = c.autoscaled
+        ax = axes[0][col]
         ts = [p[0] / scale for p in a.series]
-        ax.plot(ts, [p[1] for p in a.series], label="autoscaled spec.replicas", lw=0.8)
-        ax.plot(ts, [p[3] for p in a.series], label="autoscaled Ready", lw=0.6, alpha=0.7)
+        ax.plot(ts, [p[1] for p in a.series], label="autoscaled spec.replicas", lw=0.6)
         if c.static is not None:
             ax.axhline(
                 c.static_size or 0, color="red", ls="--", lw=1, label=f"static {c.static_size}"
@@ -179,18 +180,40 @@ def _plot(path: Path, trace: Trace, comparisons: Sequence[Comparison]) -> None:
         )
         twin.set_ylabel("claims/s (grey, per minute)")
         ax.legend(loc="upper left", fontsize=8)
-        ax2 = axes[1][col]
+
+        zoom = axes[1][col]
+        for r, style in ((a, "-"), (c.static, ":")):
+            if r is None:
+                continue
+            pts = [p for p in r.series if z0 <= p[0] <= z1]
+            zt = [p[0] / 60 for p in pts]
+            if r is a:
+                zoom.plot(zt, [p[1] for p in pts], style, lw=1, label=f"{r.label} spec.replicas")
+            zoom.plot(zt, [p[2] for p in pts], style, lw=1, label=f"{r.label} members")
+            zoom.plot(zt, [p[3] for p in pts], style, lw=1, label=f"{r.label} Ready")
+        claims = [t / 60 for t in trace.arrivals if z0 <= t <= z1]
+        zt2 = zoom.twinx()
+        zt2.hist(claims, bins=180, color="grey", alpha=0.3)
+        zt2.set_ylabel("claims per 10 s (grey)")
+        zoom.set_title(f"zoom: {z0 / 60:.0f}-{z1 / 60:.0f} min")
+        zoom.set_xlabel("time (min)")
+        zoom.set_ylabel("sandboxes")
+        zoom.legend(loc="upper left", fontsize=7)
+
+        tail = axes[2][col]
         for r in (a, c.static):
             if r is None or not r.latencies:
                 continue
             xs = sorted(r.latencies)
-            ys = [(i + 1) / len(xs) for i in range(len(xs))]
-            ax2.step(xs, ys, where="post", label=f"{r.label}: {r.warm_share:.2%} warm")
-        ax2.set_xscale("log")
-        ax2.set_xlabel("claim latency (s)")
-        ax2.set_ylabel("share of claims")
-        ax2.set_title("claim latency (CDF)")
-        ax2.legend(loc="lower right", fontsize=8)
+            n = len(xs)
+            ys = [1 - i / n for i in range(n)]
+            tail.step(xs, ys, where="post", label=f"{r.label}: {r.warm_share:.2%} warm")
+        tail.set_xscale("log")
+        tail.set_yscale("log")
+        tail.set_xlabel("claim latency (s)")
+        tail.set_ylabel("share of claims at least this slow")
+        tail.set_title("claim latency (tail)")
+        tail.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
