@@ -17,9 +17,10 @@ the pool's status (creates and deletes count members, Ready or not), so it is no
 
 Two shortcuts keep a simulated day within seconds, both exact for what the simulator uses:
 
-- the template never changes, so its two hashes (``pod_template_hash``,
-  ``sandbox_blueprint_hash``) and the parsed creation timestamps are memoised while a
-  simulation runs (:func:`fast_plan`);
+- the template and the pool's metadata never change, so the template's two hashes
+  (``pod_template_hash``, ``sandbox_blueprint_hash``), the blueprint of a create
+  (``build_blueprint``) and the parsed creation timestamps are memoised while a simulation
+  runs (:func:`fast_plan`);
 - **the compact view**: when the pool is not above ``spec.replicas`` (no excess to delete) plan
   is shown all not-Ready members that are past or nearest their readiness deadline plus a few
   Ready ones, with ``spec.replicas`` lowered by the number hidden. Creates (``replicas -
@@ -93,22 +94,34 @@ PENDING_STATUS = {
 @contextlib.contextmanager
 def fast_plan() -> Iterator[None]:
     """Memoise the template hashes and timestamp parsing that plan() redoes on every pass."""
-    names = ("pod_template_hash", "sandbox_blueprint_hash", "parse_rfc3339")
+    names = ("pod_template_hash", "sandbox_blueprint_hash", "parse_rfc3339", "build_blueprint")
     saved = {n: getattr(warmpool_plan, n) for n in names}
-    memo: dict[tuple[str, str], Any] = {}
+    memo: dict[tuple[str, int], Any] = {}
 
     def hashed(name: str) -> Any:
         real = saved[name]
 
         def wrapper(obj: Any) -> Any:
-            key = (name, repr(obj))
+            key = (name, id(obj))  # the one template, never changed while simulating
             if key not in memo:
                 memo[key] = real(obj)
             return memo[key]
 
         return wrapper
 
+    blueprints: dict[tuple[str, str, str, str | None], dict[str, Any]] = {}
+
+    def blueprint(
+        pool: Any, template: Any, pod_hash: str, blueprint_hash: str | None = None
+    ) -> dict[str, Any]:
+        # the pool's metadata and the template never change within a simulation
+        key = (pool["metadata"]["uid"], template["metadata"]["uid"], pod_hash, blueprint_hash)
+        if key not in blueprints:
+            blueprints[key] = saved["build_blueprint"](pool, template, pod_hash, blueprint_hash)
+        return blueprints[key]
+
     fast = {
+        "build_blueprint": blueprint,
         "pod_template_hash": hashed("pod_template_hash"),
         "sandbox_blueprint_hash": hashed("sandbox_blueprint_hash"),
         "parse_rfc3339": functools.lru_cache(maxsize=65536)(saved["parse_rfc3339"]),
@@ -122,6 +135,7 @@ def fast_plan() -> Iterator[None]:
             setattr(warmpool_plan, n, f)
 
 
+@functools.lru_cache(maxsize=4096)
 def _stamp(t: float) -> str:
     return dt.datetime.fromtimestamp(EPOCH + t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -215,7 +229,6 @@ class Simulation:
                 "generation": 1,
             },
             "spec": {"replicas": self.replicas, "sandboxTemplateRef": {"name": "tpl"}},
-            "status": {},
         }
         self.members: dict[str, Member] = {}
         self.pending: dict[str, None] = {}  # not-Ready members, oldest first
@@ -328,7 +341,6 @@ class Simulation:
             ]
             assert not full.delete_excess and not out.delete_excess
             assert full.requeue_after == out.requeue_after, (full.requeue_after, out.requeue_after)
-        self.pool["status"] = out.status
         self._account(t)
         for sb in [*out.delete_stale, *out.delete_stuck, *out.delete_excess]:
             self._remove(sb["metadata"]["uid"])
