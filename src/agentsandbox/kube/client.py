@@ -11,9 +11,11 @@ What it does, and why:
 - A client-side token bucket (QPS/burst, as ``--kube-api-qps``/``--kube-api-burst``) paces every
   request, retries included.
 - Retries, with jittered exponential backoff: a 429 is retried for every verb (the server refused
-  before doing anything) honouring ``Retry-After``; a failed connect is retried for every verb
-  (nothing was sent); connection resets, timeouts and 5xx answers only for GET, because a POST
-  that may have reached the server must not be blindly repeated.
+  before doing anything) honouring ``Retry-After``, and so is a 5xx that carries ``Retry-After``
+  (the server asks for it, e.g. a restarting kube-apiserver's 503 "before all known HTTP paths
+  have been installed"; client-go's ``checkWait`` does the same); a failed connect is retried for
+  every verb (nothing was sent); connection resets, timeouts and other 5xx answers only for GET,
+  because a POST that may have reached the server must not be blindly repeated.
 - Two connection pools: requests share one sized by ``pool_size``; watches get their own,
   unbounded, so long-lived watches never starve ordinary requests.
 - client-go's ``rest_client_*`` metrics for every request.
@@ -382,7 +384,9 @@ class Client:
                 reauthenticated = True
                 continue
             delay = None
-            if isinstance(error, TooManyRequests) or (safe and isinstance(error, ServerError)):
+            if isinstance(error, TooManyRequests) or (
+                isinstance(error, ServerError) and (safe or retry_after is not None)
+            ):
                 delay = retry.next_delay(error.retry_after)
             if delay is None:
                 raise error
