@@ -122,6 +122,7 @@ FLAG_NOTES: dict[str, str] = {
     "cache-label-selectors": "type not in the spec; our Pod cache is always label-scoped",
     "sandbox-write-behind-window": "not implemented: metadata writes are synchronous (upstream 0)",
     "enable-warm-pool-eviction": "HEAD's default: the flag has no seed default (see Decisions)",
+    "enable-warm-pool-autoscaler": "ours: the SandboxWarmPoolAutoscaler (docs/autoscaler-object.md)",
 }
 
 # ---------------------------------------------------------------------------- upstream: keys

@@ -395,6 +395,10 @@ def int64(description: str = "", **extra: Any) -> Schema:
     return _described({"type": "integer", "format": "int64", **extra}, description)
 
 
+def number(description: str = "", **extra: Any) -> Schema:
+    return _described({"type": "number", **extra}, description)
+
+
 def boolean(description: str = "") -> Schema:
     return _described({"type": "boolean"}, description)
 
@@ -803,6 +807,84 @@ class Schemas:
         return spec, status
 
 
+def autoscaler() -> tuple[Schema, Schema]:
+    """The SandboxWarmPoolAutoscaler (ours only, autoscaling.agentsandbox.dev): no embedded
+    Kubernetes types, so it needs no converter."""
+    target = obj(
+        {
+            "apiVersion": string("API version of the target.", minLength=1),
+            "kind": string("Kind of the target, e.g. SandboxWarmPool.", minLength=1),
+            "name": string(
+                "Name of the target, in this object's namespace.",
+                minLength=1,
+                maxLength=253,
+                **{
+                    "x-kubernetes-validations": [
+                        rule(
+                            f"self.matches('{DNS_SUBDOMAIN}')",
+                            "scaleTargetRef.name must be the name of an object: lower-case "
+                            "letters, digits, '-' and '.'",
+                        )
+                    ]
+                },
+            ),
+        },
+        "The object whose /scale subresource is sized (same namespace), e.g. a SandboxWarmPool.",
+        required=["apiVersion", "kind", "name"],
+    )
+    spec = obj(
+        {
+            "scaleTargetRef": target,
+            "minReplicas": int32("Fewest replicas the target is given.", default=1, minimum=0),
+            "maxReplicas": int32("Most replicas the target is given.", minimum=0),
+            "targetWarmShare": number(
+                "Share of claims to serve warm, between 0 and 1 exclusive (e.g. 0.99)."
+            ),
+            "scaleDownStabilizationSeconds": int32(
+                "Scale down only to the highest size recommended this long (default 300).",
+                minimum=0,
+            ),
+        },
+        "Desired state of the SandboxWarmPoolAutoscaler.",
+        required=["scaleTargetRef", "maxReplicas", "targetWarmShare"],
+        rules=[
+            rule(
+                "self.minReplicas <= self.maxReplicas",
+                "spec.minReplicas must not be greater than spec.maxReplicas",
+            ),
+            rule(
+                "self.targetWarmShare > 0.0 && self.targetWarmShare < 1.0",
+                "spec.targetWarmShare must be between 0 and 1, both excluded (e.g. 0.99 for 99% "
+                "of claims served warm)",
+            ),
+        ],
+    )
+    status = obj(
+        {
+            "conditions": conditions(),
+            "observedGeneration": int64("The generation of the spec this status describes."),
+            "currentReplicas": int32("The target's replicas, as last read from /scale."),
+            "desiredReplicas": int32("The replicas last recommended."),
+            "lastScaledReplicas": int32("The replicas this autoscaler last wrote to /scale."),
+            "lastScaleTime": string("When it last changed the target's size.", format="date-time"),
+            "lastScale": obj(
+                {
+                    "fromReplicas": int32("Size before."),
+                    "toReplicas": int32("Size after."),
+                    "reason": string("Why (one CamelCase word)."),
+                    "message": string("Why, in a sentence."),
+                },
+                "The last size change and why.",
+            ),
+            "arrivalRate": number("Claims per second arriving for the target, measured."),
+            "refillSeconds": number("Mean create-to-Ready time of the target's sandboxes."),
+            "predictedWarmShare": number("Share of claims served warm at desiredReplicas."),
+        },
+        "Observed state of the SandboxWarmPoolAutoscaler.",
+    )
+    return spec, status
+
+
 # --------------------------------------------------------------------------- CRD documents
 def column(name: str, type_: str, path: str, priority: int = 0, **extra: str) -> Schema:
     out: Schema = {"name": name, "type": type_, "jsonPath": path, **extra}
@@ -827,6 +909,8 @@ def crd(
     columns: list[Schema],
     scale: bool,
     description: str,
+    served: tuple[str, ...] = ("v1beta1", "v1alpha1"),
+    storage: str = "v1beta1",
     rules: list[dict[str, str]] | None = None,
 ) -> Schema:
     props: Schema = {
@@ -852,13 +936,13 @@ def crd(
         out: Schema = {
             "name": name,
             "served": True,
-            "storage": name == "v1beta1",
+            "storage": name == storage,
             "schema": {"openAPIV3Schema": copy.deepcopy(root)},
             "additionalPrinterColumns": copy.deepcopy(columns),
         }
         if subresources:
             out["subresources"] = copy.deepcopy(subresources)
-        if name == "v1alpha1":
+        if name == "v1alpha1" and name != storage:
             out["deprecated"] = True
             out["deprecationWarning"] = (
                 f"{group}/v1alpha1 {kind} is deprecated; use {group}/v1beta1 {kind} instead"
@@ -882,7 +966,7 @@ def crd(
             "scope": "Namespaced",
             "conversion": {"strategy": "None"},
             # v1beta1 first: it is the storage version and the one `kubectl explain` shows.
-            "versions": [version("v1beta1"), version("v1alpha1")],
+            "versions": [version(v) for v in served],
         },
     }
 
@@ -973,6 +1057,33 @@ def build(schemas: Mapping[str, Any]) -> dict[str, Schema]:
             ],
         ),
     }
+    as_spec, as_status = autoscaler()
+    docs["autoscaling.agentsandbox.dev_sandboxwarmpoolautoscalers.yaml"] = crd(
+        group="autoscaling.agentsandbox.dev",
+        kind="SandboxWarmPoolAutoscaler",
+        plural="sandboxwarmpoolautoscalers",
+        short_names=["swpa"],
+        description="A SandboxWarmPoolAutoscaler sizes a warm pool through /scale from its "
+        "claim arrival rate and refill time.",
+        spec=as_spec,
+        status=as_status,
+        scale=False,
+        served=("v1alpha1",),
+        storage="v1alpha1",
+        columns=[
+            column("Target", "string", ".spec.scaleTargetRef.name"),
+            column("Min", "integer", ".spec.minReplicas"),
+            column("Max", "integer", ".spec.maxReplicas"),
+            column("Current", "integer", ".status.currentReplicas"),
+            column("Desired", "integer", ".status.desiredReplicas"),
+            column("Ready", "string", READY_STATUS),
+            AGE,
+            column("Target Warm Share", "number", ".spec.targetWarmShare", priority=1),
+            column("Arrival Rate", "number", ".status.arrivalRate", priority=1),
+            column("Refill Seconds", "number", ".status.refillSeconds", priority=1),
+            column("Reason", "string", READY_REASON, priority=1),
+        ],
+    )
     return docs
 
 

@@ -37,6 +37,9 @@ SA_USER = f"system:serviceaccount:{SYSTEM_NS}:{SA}"
 LEASE = "a3317529.agent-sandbox.x-k8s.io"
 SANDBOXES = "/apis/agents.x-k8s.io/v1beta1/namespaces/{ns}/sandboxes"
 EXT = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/{ns}"
+AUTOSCALERS = (
+    "/apis/autoscaling.agentsandbox.dev/v1alpha1/namespaces/{ns}/sandboxwarmpoolautoscalers"
+)
 
 REFUSED = re.compile(r"forbidden|(?<![\d.:])403(?!\d)", re.IGNORECASE)
 
@@ -183,6 +186,7 @@ def test_kustomize_renders_the_layout_and_the_server_accepts_it(
         ("CustomResourceDefinition", "sandboxclaims.extensions.agents.x-k8s.io"),
         ("CustomResourceDefinition", "sandboxtemplates.extensions.agents.x-k8s.io"),
         ("CustomResourceDefinition", "sandboxwarmpools.extensions.agents.x-k8s.io"),
+        ("CustomResourceDefinition", "sandboxwarmpoolautoscalers.autoscaling.agentsandbox.dev"),
         ("Namespace", SYSTEM_NS),
         ("ServiceAccount", SA),
         ("ClusterRole", "agent-sandbox-controller"),
@@ -702,7 +706,44 @@ def exercise_controller(cluster: DevCluster, ns: str, alive: Callable[[], bool],
         "NetworkPolicy py-network-policy deleted under Unmanaged",
     )
 
-    # Events were written by both controllers.
+    # SandboxWarmPoolAutoscaler: the pool (at 1) is resized through its /scale subresource
+    # (get + a merge patch with a resourceVersion precondition) to the autoscaler's minimum,
+    # and the autoscaler's status is written (merge patch of /status).
+    cluster.api(
+        "POST",
+        f"{AUTOSCALERS.format(ns=ns)}",
+        {
+            "apiVersion": "autoscaling.agentsandbox.dev/v1alpha1",
+            "kind": "SandboxWarmPoolAutoscaler",
+            "metadata": {"name": "pool"},
+            "spec": {
+                "scaleTargetRef": {
+                    "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                    "kind": "SandboxWarmPool",
+                    "name": "pool",
+                },
+                "minReplicas": 2,
+                "maxReplicas": 3,
+                "targetWarmShare": 0.9,
+            },
+        },
+    )
+    wait(
+        lambda: get_if(
+            cluster, f"{ext}/sandboxwarmpools/pool", lambda p: p["spec"]["replicas"] == 2
+        ),
+        "warm pool resized to 2 by its autoscaler",
+    )
+    wait(
+        lambda: get_if(
+            cluster,
+            f"{AUTOSCALERS.format(ns=ns)}/pool",
+            lambda a: (a.get("status") or {}).get("lastScaledReplicas") == 2,
+        ),
+        "autoscaler status written",
+    )
+
+    # Events were written by every controller.
     def reasons() -> set[tuple[str, str]] | None:
         events = cluster.api("GET", f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"]
         found = {(e.get("reportingController"), e.get("reason")) for e in events}
@@ -712,6 +753,7 @@ def exercise_controller(cluster: DevCluster, ns: str, alive: Callable[[], bool],
             ("warmpool-controller", "WarmPoolProgressing"),
             ("sandboxclaim-controller", "SandboxAdopted"),
             ("sandboxclaim-controller", "SandboxProvisioned"),
+            ("warmpool-autoscaler", "SuccessfulRescale"),
         }
         return found if wanted <= found else None
 
@@ -745,6 +787,10 @@ ACCESS = [
     ("delete", "networkpolicies.networking.k8s.io", "default", "", True),
     ("patch", "sandboxtemplates.extensions.agents.x-k8s.io", "default", "", True),
     ("update", "sandboxtemplates.extensions.agents.x-k8s.io", "default", "finalizers", True),
+    ("get", "sandboxwarmpools.extensions.agents.x-k8s.io", "default", "scale", True),
+    ("patch", "sandboxwarmpools.extensions.agents.x-k8s.io", "default", "scale", True),
+    ("watch", "sandboxwarmpoolautoscalers.autoscaling.agentsandbox.dev", "", "", True),
+    ("patch", "sandboxwarmpoolautoscalers.autoscaling.agentsandbox.dev", "default", "status", True),
     ("create", "leases.coordination.k8s.io", SYSTEM_NS, "", True),
     ("update", f"leases.coordination.k8s.io/{LEASE}", SYSTEM_NS, "", True),
     # and nothing else
@@ -762,6 +808,12 @@ ACCESS = [
     ("update", "pods", "default", "", False),
     ("update", "sandboxes.agents.x-k8s.io", "default", "status", False),
     ("create", "sandboxwarmpools.extensions.agents.x-k8s.io", "default", "", False),
+    # the autoscaler writes a pool through /scale only, and nothing of an autoscaler but status
+    ("patch", "sandboxwarmpools.extensions.agents.x-k8s.io", "default", "", False),
+    ("update", "sandboxwarmpools.extensions.agents.x-k8s.io", "default", "", False),
+    ("update", "sandboxwarmpools.extensions.agents.x-k8s.io", "default", "scale", False),
+    ("patch", "sandboxwarmpoolautoscalers.autoscaling.agentsandbox.dev", "default", "", False),
+    ("create", "sandboxwarmpoolautoscalers.autoscaling.agentsandbox.dev", "default", "", False),
     ("delete", "sandboxtemplates.extensions.agents.x-k8s.io", "default", "", False),
     ("create", "sandboxclaims.extensions.agents.x-k8s.io", "default", "", False),
     ("update", "sandboxclaims.extensions.agents.x-k8s.io", "default", "", False),
@@ -819,6 +871,9 @@ def test_the_token_is_refused_secrets_and_cluster_roles(
         ("view", "get", "sandboxclaims.extensions.agents.x-k8s.io", True),
         ("view", "list", "sandboxes.agents.x-k8s.io", True),
         ("view", "create", "sandboxclaims.extensions.agents.x-k8s.io", False),
+        ("view", "get", "sandboxwarmpoolautoscalers.autoscaling.agentsandbox.dev", True),
+        ("edit", "list", "sandboxwarmpoolautoscalers.autoscaling.agentsandbox.dev", True),
+        ("edit", "create", "sandboxwarmpoolautoscalers.autoscaling.agentsandbox.dev", False),
     ],
 )
 def test_namespace_users_of_the_builtin_roles_may_claim_and_read_sandboxes(

@@ -85,9 +85,16 @@ NO_EFFECT_FLAGS: dict[str, tuple[str, object]] = {
 }
 
 
+# Ours only (not upstream's): the SandboxWarmPoolAutoscaler controller (docs/autoscaling.md).
+OURS_ONLY_FLAGS: dict[str, tuple[str, object]] = {
+    "enable-warm-pool-autoscaler": ("bool", True),
+}
+
+
 def test_every_flag_has_upstreams_name_type_and_default() -> None:
-    """One table of all 25 upstream flags plus the HEAD extras; no flag more, none less."""
-    expected = UPSTREAM_FLAGS | HEAD_EXTRA_FLAGS | NO_EFFECT_FLAGS
+    """One table of all 25 upstream flags plus the HEAD extras and ours; no flag more, none
+    less."""
+    expected = UPSTREAM_FLAGS | HEAD_EXTRA_FLAGS | NO_EFFECT_FLAGS | OURS_ONLY_FLAGS
     assert len(UPSTREAM_FLAGS) == 25
     flagset = build_flagset()
     assert set(flagset.flags) == set(expected)

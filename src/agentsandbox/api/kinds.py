@@ -7,6 +7,8 @@ from typing import Final
 
 CORE_GROUP: Final = "agents.x-k8s.io"
 EXTENSIONS_GROUP: Final = "extensions.agents.x-k8s.io"
+#: Ours only (not upstream's): the SandboxWarmPoolAutoscaler (docs/autoscaling.md).
+AUTOSCALING_GROUP: Final = "autoscaling.agentsandbox.dev"
 
 V1BETA1: Final = "v1beta1"
 #: Served (deprecated, same schema, no conversion) so that v1alpha1 manifests keep working.
@@ -69,6 +71,16 @@ SANDBOX_CLAIM: Final = Kind(EXTENSIONS_GROUP, "SandboxClaim", "sandboxclaims", (
 SANDBOX_WARM_POOL: Final = Kind(EXTENSIONS_GROUP, "SandboxWarmPool", "sandboxwarmpools", ("swp",))
 
 ALL_KINDS: Final = (SANDBOX, SANDBOX_TEMPLATE, SANDBOX_CLAIM, SANDBOX_WARM_POOL)
+
+#: Ours only, served at v1alpha1 alone (a new API); not in ALL_KINDS (upstream's four kinds,
+#: their owner references and their two served versions).
+SANDBOX_WARM_POOL_AUTOSCALER: Final = Kind(
+    AUTOSCALING_GROUP,
+    "SandboxWarmPoolAutoscaler",
+    "sandboxwarmpoolautoscalers",
+    ("swpa",),
+    version=V1ALPHA1,
+)
 
 
 def kind_of(obj_api_version: str, kind: str) -> Kind | None:

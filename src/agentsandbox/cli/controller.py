@@ -131,6 +131,24 @@ async def check_crds(client: Client, extensions: bool) -> None:
             ) from None
 
 
+async def autoscaler_served(client: Client) -> bool:
+    """Whether the SandboxWarmPoolAutoscaler API is served (its CRD is ours only and newer than
+    the others: an install without it runs every other controller, and says so once)."""
+    from agentsandbox.api.kinds import SANDBOX_WARM_POOL_AUTOSCALER as KIND
+
+    try:
+        await client.raw("GET", f"/apis/{KIND.group}/{KIND.version}")
+    except NotFound:
+        log.warning(
+            "the SandboxWarmPoolAutoscaler controller is not started: the API group %s/%s is "
+            "not served (install deploy/crds/ to use it)",
+            KIND.group,
+            KIND.version,
+        )
+        return False
+    return True
+
+
 async def run(opts: Options) -> None:
     client = await Client.from_kubeconfig(
         opts.kubeconfig or None,
@@ -155,14 +173,19 @@ async def run(opts: Options) -> None:
                 leader_election_namespace(opts) if opts.leader_elect else None
             ),
         )
-        register_controllers(mgr, opts)
+        autoscaler = (
+            opts.extensions and opts.enable_warm_pool_autoscaler and await autoscaler_served(client)
+        )
+        register_controllers(mgr, opts, autoscaler=autoscaler)
         register_metrics(mgr, opts)
         await mgr.run()
     finally:
         await client.close()
 
 
-def register_controllers(mgr: Manager, opts: Options) -> None:
+def register_controllers(mgr: Manager, opts: Options, *, autoscaler: bool = False) -> None:
+    """The controllers ``opts`` asks for; the SandboxWarmPoolAutoscaler one only when
+    ``autoscaler`` says its API is served (see :func:`autoscaler_served`)."""
     from agentsandbox.controllers import claim, sandbox, template, warmpool
     from agentsandbox.controllers.warmpool_plan import Settings
 
@@ -189,6 +212,10 @@ def register_controllers(mgr: Manager, opts: Options) -> None:
             observability_annotations=not opts.disable_claim_observability_annotations,
         )
         template.setup(mgr, workers=opts.sandbox_template_concurrent_workers)
+        if autoscaler and opts.enable_warm_pool_autoscaler:
+            from agentsandbox.controllers import autoscaler as warm_pool_autoscaler
+
+            warm_pool_autoscaler.setup(mgr)
 
 
 def start_tracing() -> bool:

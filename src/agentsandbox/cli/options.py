@@ -111,6 +111,13 @@ def build_flagset() -> FlagSet:
         'Annotate warm pool pods with cluster-autoscaler.kubernetes.io/safe-to-evict: "true" '
         "(unless the template sets that key); a claim adopting the sandbox removes it",
     )
+    fs.add_bool(
+        "enable-warm-pool-autoscaler",
+        True,
+        "Run the SandboxWarmPoolAutoscaler controller (with --extensions; ours, not upstream's): "
+        "it sizes warm pools through their /scale subresource. Skipped, with a log line, when "
+        "its CRD (autoscaling.agentsandbox.dev) is not installed",
+    )
     fs.add_bool("enable-webhook", True, "Run the webhook server (no effect: no webhook here)")
     fs.add_bool("manage-webhook-certs", True, "Manage the webhook serving certificates (no effect)")
     fs.add_int("webhook-port", 9443, "Webhook server port (no effect)")
@@ -172,6 +179,7 @@ class Options:
     sandbox_warm_pool_replenish_delay: float
     sandbox_warm_pool_max_refill_rate: float
     enable_warm_pool_eviction: bool
+    enable_warm_pool_autoscaler: bool
     disable_claim_events: bool
     disable_claim_observability_annotations: bool
     kubeconfig: str
@@ -209,6 +217,7 @@ class Options:
             sandbox_warm_pool_replenish_delay=v("sandbox-warm-pool-replenish-delay"),
             sandbox_warm_pool_max_refill_rate=v("sandbox-warm-pool-max-refill-rate"),
             enable_warm_pool_eviction=v("enable-warm-pool-eviction"),
+            enable_warm_pool_autoscaler=v("enable-warm-pool-autoscaler"),
             disable_claim_events=v("disable-claim-events"),
             disable_claim_observability_annotations=v("disable-claim-observability-annotations"),
             kubeconfig=v("kubeconfig"),

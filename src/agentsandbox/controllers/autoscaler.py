@@ -1,0 +1,576 @@
+"""The SandboxWarmPoolAutoscaler controller: observe -> decide (:mod:`.autoscaler_plan`, then the
+other-writer rule of :mod:`.autoscaler_rules`) -> act (:mod:`.autoscaler_act`).
+
+Observe. Claim arrivals and pool refill times are recorded by informer handlers as they happen,
+into windows kept in memory (a restart refills them from the objects' timestamps):
+
+- an *arrival* is a claim that may take a sandbox from the pool: ``spec.warmPoolRef`` names it,
+  or ``spec.sandboxTemplateRef`` names its template with ``warmpool`` absent/``default`` or the
+  pool's name (docs/claims.md); not ``warmpool: none``, nor a claim that sets ``env``,
+  ``volumeClaimTemplates`` or ``additionalPodMetadata`` (those are always served cold). Its time
+  is when this process first saw it, if that is within 2 s of its ``creationTimestamp`` (which
+  has whole seconds only), else the ``creationTimestamp``;
+- a *refill time* is a pool-controlled sandbox's create -> Ready: from this process's first sight
+  of it to the event showing it Ready when both were seen live, else ``creationTimestamp`` ->
+  the Ready condition's ``lastTransitionTime``.
+
+Each pass reads the target's ``/scale``, decides, applies the other-writer rule, writes
+``/scale`` if allowed, then the status; Events on every size change and writer conflict. Passes
+come on events (a claim, a sandbox turning Ready, the pool or the autoscaler changing; at most
+one per second per autoscaler) and every ``sync_period`` seconds.
+
+Deleting an autoscaler leaves the target at its last size: the target is never owned by the
+autoscaler, and the autoscaler has no finalizer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from agentsandbox.api.conditions import FALSE, TRUE, find_condition, is_sandbox_ready
+from agentsandbox.api.kinds import SANDBOX_WARM_POOL
+from agentsandbox.api.owners import controller_of
+from agentsandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_WARM_POOL_AUTOSCALERS,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
+from agentsandbox.api.timefmt import format_rfc3339, parse_rfc3339
+from agentsandbox.kube.controller import (
+    Controller,
+    ControllerBuilder,
+    GenerationChangedPredicate,
+    Request,
+    Result,
+)
+from agentsandbox.kube.errors import Conflict, KubeError
+from agentsandbox.kube.events import EventRecorder
+from agentsandbox.kube.informer import Informer
+from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.store import KubeObject
+
+from .autoscaler_act import (
+    CONFLICT,
+    ScaleClient,
+    ScaleWriter,
+    TargetError,
+    is_sandbox_warm_pool,
+)
+from .autoscaler_plan import Memory, Observation, Policy, decide
+from .autoscaler_rules import (
+    EVENT_FAILED_GET_SCALE,
+    EVENT_FAILED_RESCALE,
+    EVENT_SUCCESSFUL_RESCALE,
+    REASON_FAILED_UPDATE_SCALE,
+    REASON_SUCCEEDED_RESCALE,
+    REASON_UNSUPPORTED_TARGET,
+    Ownership,
+    StatusInput,
+    arbitrate,
+    build_status,
+    condition_reason,
+    merge_conditions,
+)
+
+log = logging.getLogger("agentsandbox.autoscaler")
+
+CONTROLLER_NAME = "sandboxwarmpoolautoscaler"
+REPORTING_CONTROLLER = "warmpool-autoscaler"
+DEFAULT_SCALE_DOWN_WINDOW = 300.0
+TARGET_INDEX = "autoscaler-target"  # autoscalers by "<namespace>/<pool name>"
+POOL_TEMPLATE_INDEX = "autoscaler-pool-template"  # pools by "<namespace>/<template name>"
+LIVE_SLACK = 2.0  # seconds: a first sight this close to creationTimestamp is "live"
+CONFLICT_RECHECK = 1.0
+MAX_REFILL_SAMPLES = 500
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Controller settings (not flags: tests shorten them in-process)."""
+
+    sync_period: float = 5.0  # seconds between passes when nothing happens
+    min_interval: float = 1.0  # events within this long of a pass are served by one later pass
+    rate_window: float = 600.0  # seconds of arrivals and refill samples kept (Policy.rate_window)
+    burst_bin: float | None = None  # Policy.burst_bin (None: its default)
+
+
+@dataclass
+class AutoscalerMemory:
+    uid: str
+    plan: Memory = field(default_factory=Memory)
+    ownership: Ownership | None = None
+    # the status write of ours the cache may not show yet: (rv written on, rv returned), and
+    # the status it wrote
+    written: tuple[str, str] | None = None
+    last_status: dict[str, Any] | None = None
+    failure: str | None = None  # the last failure announced by an Event
+    seeded: bool = False  # the current size entered as a recommendation (first pass)
+
+
+def _ts(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return parse_rfc3339(text).timestamp()
+    except ValueError:
+        return None
+
+
+def claim_keys(claim: KubeObject) -> list[str]:
+    """The pools (``<ns>/pool/<name>``) or templates (``<ns>/template/<name>``) a claim may take
+    a warm sandbox from; none for a claim that is always served cold."""
+    meta = claim.get("metadata") or {}
+    spec = claim.get("spec") or {}
+    ns = meta.get("namespace", "")
+    if spec.get("env") or spec.get("volumeClaimTemplates") or spec.get("additionalPodMetadata"):
+        return []
+    pool = (spec.get("warmPoolRef") or {}).get("name")
+    if pool:
+        return [f"{ns}/pool/{pool}"]
+    template = (spec.get("sandboxTemplateRef") or {}).get("name")
+    choice = spec.get("warmpool") or "default"
+    if not template or choice == "none":
+        return []
+    if choice == "default":
+        return [f"{ns}/template/{template}"]
+    return [f"{ns}/pool/{choice}"]
+
+
+def target_index(autoscaler: KubeObject) -> list[str]:
+    meta = autoscaler.get("metadata") or {}
+    ref = (autoscaler.get("spec") or {}).get("scaleTargetRef") or {}
+    if not is_sandbox_warm_pool(str(ref.get("apiVersion") or ""), str(ref.get("kind") or "")):
+        return []
+    name = ref.get("name")
+    return [f"{meta.get('namespace', '')}/{name}"] if name else []
+
+
+def pool_template_index(pool: KubeObject) -> list[str]:
+    meta = pool.get("metadata") or {}
+    name = ((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name")
+    return [f"{meta.get('namespace', '')}/{name}"] if name else []
+
+
+def _pool_of(sb: KubeObject) -> str | None:
+    """``<ns>/<pool>`` of the SandboxWarmPool controlling ``sb``."""
+    ref = controller_of(sb)
+    if ref is None or ref.get("kind") != SANDBOX_WARM_POOL.kind:
+        return None
+    if not str(ref.get("apiVersion", "")).startswith(SANDBOX_WARM_POOL.group + "/"):
+        return None
+    return f"{(sb.get('metadata') or {}).get('namespace', '')}/{ref.get('name')}"
+
+
+class Windows:
+    """Claim arrivals by pool/template key and refill samples by pool, within a time window.
+    Fed by informer handlers; read by the passes."""
+
+    def __init__(self, window: float, clock: Callable[[], float]) -> None:
+        self.window = window
+        self.clock = clock
+        self.arrivals: dict[str, dict[str, float]] = {}  # key -> claim uid -> time
+        self.refills: dict[str, deque[tuple[float, float]]] = {}  # pool -> (when, seconds)
+        self._first_seen: dict[str, float] = {}  # sandbox uid -> first sight (not Ready yet)
+        self._sampled: set[str] = set()  # sandbox uids already measured
+
+    # ------------------------------------------------------------------ claims
+    def claim_added(self, claim: KubeObject) -> list[str]:
+        keys = claim_keys(claim)
+        if not keys:
+            return []
+        meta = claim.get("metadata") or {}
+        now = self.clock()
+        created = _ts(meta.get("creationTimestamp"))
+        when = now if created is None or 0 <= now - created < LIVE_SLACK else created
+        if when < now - self.window:
+            return []
+        uid = str(meta.get("uid") or meta.get("name"))
+        for key in keys:
+            seen = self.arrivals.setdefault(key, {})
+            seen.setdefault(uid, when)
+        return keys
+
+    def arrivals_for(self, keys: Iterable[str]) -> list[float]:
+        horizon = self.clock() - self.window
+        out: dict[str, float] = {}
+        for key in keys:
+            seen = self.arrivals.get(key)
+            if not seen:
+                continue
+            for uid in [u for u, t in seen.items() if t < horizon]:
+                del seen[uid]
+            out.update(seen)
+        return sorted(out.values())
+
+    # ------------------------------------------------------------------ sandboxes
+    def sandbox_added(self, sb: KubeObject) -> str | None:
+        pool = _pool_of(sb)
+        if pool is None:
+            return None
+        uid = str(sb["metadata"].get("uid", ""))
+        if is_sandbox_ready(sb):
+            return self._sample(sb, pool, uid, live=False)
+        self._first_seen.setdefault(uid, self.clock())
+        return None
+
+    def sandbox_updated(self, old: KubeObject, new: KubeObject) -> str | None:
+        if not is_sandbox_ready(new) or is_sandbox_ready(old):
+            return None
+        pool = _pool_of(new)
+        if pool is None:
+            return None
+        return self._sample(new, pool, str(new["metadata"].get("uid", "")), live=True)
+
+    def sandbox_deleted(self, sb: KubeObject) -> None:
+        uid = str((sb.get("metadata") or {}).get("uid", ""))
+        self._first_seen.pop(uid, None)
+        self._sampled.discard(uid)
+
+    def _sample(self, sb: KubeObject, pool: str, uid: str, *, live: bool) -> str | None:
+        if uid in self._sampled:
+            return None
+        self._sampled.add(uid)
+        now = self.clock()
+        meta = sb["metadata"]
+        created = _ts(meta.get("creationTimestamp"))
+        first = self._first_seen.pop(uid, None)
+        seconds: float | None = None
+        when = now
+        if live and first is not None and created is not None and 0 <= first - created < LIVE_SLACK:
+            seconds = now - first
+        else:
+            cond = find_condition((sb.get("status") or {}).get("conditions"), "Ready")
+            ready = _ts((cond or {}).get("lastTransitionTime"))
+            if ready is not None and created is not None and ready >= created:
+                seconds, when = ready - created, ready
+        if seconds is None or when < now - self.window:
+            return None
+        samples = self.refills.setdefault(pool, deque(maxlen=MAX_REFILL_SAMPLES))
+        samples.append((when, seconds))
+        return pool
+
+    def refills_for(self, pool: str) -> list[float]:
+        samples = self.refills.get(pool)
+        if not samples:
+            return []
+        horizon = self.clock() - self.window
+        while samples and samples[0][0] < horizon:
+            samples.popleft()
+        return [s for _, s in samples]
+
+
+def policy_of(spec: Mapping[str, Any], settings: Settings) -> Policy:
+    window = spec.get("scaleDownStabilizationSeconds")
+    extra: dict[str, Any] = {"rate_window": settings.rate_window}
+    if settings.burst_bin is not None:
+        extra["burst_bin"] = settings.burst_bin
+    return Policy(
+        min_replicas=int(spec.get("minReplicas", 1)),
+        max_replicas=int(spec.get("maxReplicas", 0)),
+        target_warm_share=float(spec.get("targetWarmShare", 0.99)),
+        scale_down_window=float(window) if window is not None else DEFAULT_SCALE_DOWN_WINDOW,
+        **extra,
+    )
+
+
+class AutoscalerReconciler:
+    """Sizes each SandboxWarmPoolAutoscaler's target through its ``/scale``."""
+
+    def __init__(
+        self,
+        client: ScaleClient,
+        autoscalers: Informer,
+        claims: Informer,
+        sandboxes: Informer,
+        pools: Informer,
+        recorder: EventRecorder | None,
+        settings: Settings | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.writer = ScaleWriter(client)
+        self.autoscalers = autoscalers
+        self.pools = pools
+        self.recorder = recorder
+        self.settings = settings or Settings()
+        self.clock = clock
+        self.windows = Windows(self.settings.rate_window, clock)
+        self._memory: dict[str, AutoscalerMemory] = {}
+        self.enqueue: Callable[[Request], None] | None = None  # set by setup()
+        autoscalers.add_index(TARGET_INDEX, target_index)
+        pools.add_index(POOL_TEMPLATE_INDEX, pool_template_index)
+        claims.add_handler(self._on_claim, None, None)
+        sandboxes.add_handler(
+            self._on_sandbox_add, self._on_sandbox_update, self.windows.sandbox_deleted
+        )
+
+    # ---------------------------------------------------------------- recording + mapping
+    def _on_claim(self, claim: KubeObject) -> None:
+        keys = self.windows.claim_added(claim)
+        if keys and self.enqueue is not None:
+            for req in self._requests_for_keys(keys):
+                self.enqueue(req)
+
+    def _on_sandbox_add(self, sb: KubeObject) -> None:
+        self._poke(self.windows.sandbox_added(sb))
+
+    def _on_sandbox_update(self, old: KubeObject, new: KubeObject) -> None:
+        self._poke(self.windows.sandbox_updated(old, new))
+
+    def _poke(self, pool: str | None) -> None:
+        if pool is not None and self.enqueue is not None:
+            for req in self.for_pool_key(pool):
+                self.enqueue(req)
+
+    def for_pool_key(self, key: str) -> list[Request]:
+        return [Request.from_object(a) for a in self.autoscalers.by_index(TARGET_INDEX, key)]
+
+    def for_pool(self, pool: KubeObject) -> list[Request]:
+        meta = pool.get("metadata") or {}
+        return self.for_pool_key(f"{meta.get('namespace', '')}/{meta.get('name')}")
+
+    def _requests_for_keys(self, keys: Iterable[str]) -> list[Request]:
+        out: list[Request] = []
+        for key in keys:
+            ns, kind, name = key.split("/", 2)
+            if kind == "pool":
+                out += self.for_pool_key(f"{ns}/{name}")
+            else:
+                for pool in self.pools.by_index(POOL_TEMPLATE_INDEX, f"{ns}/{name}"):
+                    out += self.for_pool(pool)
+        return out
+
+    # ---------------------------------------------------------------- observe
+    def observe(self, namespace: str, pool_name: str, current: int) -> Observation:
+        pool = self.pools.get(pool_name, namespace)
+        keys = [f"{namespace}/pool/{pool_name}"]
+        template = ((pool or {}).get("spec") or {}).get("sandboxTemplateRef") or {}
+        if template.get("name"):
+            keys.append(f"{namespace}/template/{template['name']}")
+        return Observation(
+            now=self.clock(),
+            arrivals=self.windows.arrivals_for(keys),
+            refill_seconds=self.windows.refills_for(f"{namespace}/{pool_name}"),
+            current_replicas=current,
+        )
+
+    def _memory_of(self, autoscaler: KubeObject) -> AutoscalerMemory:
+        meta = autoscaler["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        uid = str(meta.get("uid", ""))
+        memory = self._memory.get(key)
+        if memory is None or memory.uid != uid:
+            memory = self._memory[key] = AutoscalerMemory(uid)
+            memory.ownership = Ownership.from_status(
+                meta.get("generation"), autoscaler.get("status") or {}
+            )
+        return memory
+
+    # ---------------------------------------------------------------- reconcile
+    async def reconcile(self, req: Request) -> Result | None:
+        autoscaler = self.autoscalers.get(req.name, req.namespace)
+        if autoscaler is None:
+            self._memory.pop(str(req), None)
+            return None
+        if autoscaler["metadata"].get("deletionTimestamp"):
+            return None
+        memory = self._memory_of(autoscaler)
+        meta = autoscaler["metadata"]
+        generation = int(meta.get("generation") or 0)
+        spec = autoscaler.get("spec") or {}
+        ref = spec.get("scaleTargetRef") or {}
+        target_text = f"{ref.get('kind')}/{ref.get('name')}"
+        now = self.clock()
+        now_text = format_rfc3339(datetime.fromtimestamp(now, UTC))
+        requeue = self.settings.sync_period
+
+        try:
+            resource = await self.writer.resolve(
+                str(ref.get("apiVersion") or ""), str(ref.get("kind") or "")
+            )
+            scale = await self.writer.read_scale(resource, req.namespace, str(ref.get("name")))
+        except TargetError as err:
+            self._event(
+                autoscaler, "Warning", EVENT_FAILED_GET_SCALE, err.message, memory, key=err.reason
+            )
+            failed = (FALSE, err.reason, err.message)
+            await self._write_status(
+                autoscaler, memory, StatusInput(generation, None, None, failed, failed), now_text
+            )
+            return Result(requeue_after=requeue)
+
+        if not is_sandbox_warm_pool(str(ref.get("apiVersion")), str(ref.get("kind"))):
+            active = (
+                FALSE,
+                REASON_UNSUPPORTED_TARGET,
+                f"{target_text}: only SandboxWarmPool targets have claim arrivals and refill "
+                "times to measure",
+            )
+            await self._write_status(
+                autoscaler,
+                memory,
+                StatusInput(
+                    generation, scale.replicas, None, (TRUE, "ReadyForNewScale", ""), active
+                ),
+                now_text,
+            )
+            return Result(requeue_after=requeue)
+
+        obs = self.observe(req.namespace, str(ref.get("name")), scale.replicas)
+        if not memory.seeded:
+            # a new process (or autoscaler) holds the current size for one stabilisation window
+            # before any scale-down, as if it had recommended it: its measurements start empty
+            memory.seeded = True
+            memory.plan.recommendations.append((obs.now, scale.replicas))
+        decision = decide(obs, policy_of(spec, self.settings), memory.plan)
+        own = memory.ownership or Ownership()
+        verdict = arbitrate(generation, own, target_text, scale.replicas, decision.replicas)
+        memory.ownership = verdict.ownership
+        for type_, reason, note in verdict.events:
+            self._emit(autoscaler, type_, reason, note)
+        active = (TRUE, condition_reason(decision.reason), decision.message)
+        status_in = StatusInput(generation, scale.replicas, decision, verdict.able, active)
+        if verdict.write is None:
+            await self._write_status(autoscaler, memory, status_in, now_text)
+            return Result(requeue_after=requeue)
+
+        # announce the recommendation first (a restart then knows the value is ours), then write
+        announced = (autoscaler.get("status") or {}).get("desiredReplicas") == verdict.write
+        if not announced and not await self._write_status(autoscaler, memory, status_in, now_text):
+            return Result(requeue_after=CONFLICT_RECHECK)
+        try:
+            outcome = await self.writer.write_scale(
+                resource, req.namespace, str(ref.get("name")), verdict.write, scale
+            )
+        except KubeError as err:
+            failed = (
+                FALSE,
+                REASON_FAILED_UPDATE_SCALE,
+                f"setting {target_text} to {verdict.write}: {err}",
+            )
+            self._emit(autoscaler, "Warning", EVENT_FAILED_RESCALE, failed[2])
+            await self._write_status(
+                autoscaler,
+                memory,
+                StatusInput(generation, scale.replicas, decision, failed, active),
+                now_text,
+            )
+            raise
+        if outcome == CONFLICT:  # the target changed since we read it: look again
+            return Result(requeue_after=CONFLICT_RECHECK)
+        note = (
+            f"New size: {verdict.write} (was {scale.replicas}); reason: {decision.reason}: "
+            f"{decision.message}"
+        )
+        log.info(
+            "scaled target",
+            extra={
+                "autoscaler": str(req),
+                "target": target_text,
+                "from": scale.replicas,
+                "to": verdict.write,
+            },
+        )
+        self._emit(autoscaler, "Normal", EVENT_SUCCESSFUL_RESCALE, note)
+        memory.ownership = Ownership(generation, frozenset({verdict.write}))
+        done = StatusInput(
+            generation,
+            verdict.write,
+            decision,
+            (TRUE, REASON_SUCCEEDED_RESCALE, f"set {target_text} to {verdict.write} replicas"),
+            active,
+            last_scaled=verdict.write,
+            last_scale={
+                "time": now_text,
+                "fromReplicas": scale.replicas,
+                "toReplicas": verdict.write,
+                "reason": condition_reason(decision.reason),
+                "message": decision.message,
+            },
+        )
+        await self._write_status(autoscaler, memory, done, now_text)
+        return Result(requeue_after=requeue)
+
+    # ---------------------------------------------------------------- act helpers
+    async def _write_status(
+        self, autoscaler: KubeObject, memory: AutoscalerMemory, given: StatusInput, now_text: str
+    ) -> bool:
+        """Write the status if it changed; False after a 409 (the next pass looks again)."""
+        meta = autoscaler["metadata"]
+        cached_rv = str(meta.get("resourceVersion") or "")
+        before = dict(autoscaler.get("status") or {})
+        rv = cached_rv
+        if memory.written is not None and memory.written[0] == cached_rv:
+            rv = memory.written[1]  # our last write is not in the cache yet
+            if memory.last_status is not None:
+                before = dict(memory.last_status)
+        fields, conditions = build_status(before, given, now_text)
+        fields["conditions"] = merge_conditions(before.get("conditions"), conditions, now_text)
+        if _same(before, fields):
+            return True
+        try:
+            new_rv = await self.writer.write_status(autoscaler, fields, rv)
+        except Conflict:
+            return False
+        memory.written = (cached_rv, new_rv)
+        memory.last_status = fields
+        return True
+
+    def _emit(self, autoscaler: KubeObject, type_: str, reason: str, note: str) -> None:
+        if self.recorder is not None:
+            self.recorder.event(autoscaler, type_, reason, note)
+
+    def _event(
+        self,
+        autoscaler: KubeObject,
+        type_: str,
+        reason: str,
+        note: str,
+        memory: AutoscalerMemory,
+        *,
+        key: str,
+    ) -> None:
+        """An event for a failure, once per distinct failure (not every sync)."""
+        marker = f"{key}:{note}"
+        if memory.failure == marker:
+            return
+        memory.failure = marker
+        self._emit(autoscaler, type_, reason, note)
+
+
+def _same(before: Mapping[str, Any], fields: Mapping[str, Any]) -> bool:
+    return all(before.get(k) == v for k, v in fields.items())
+
+
+def setup(mgr: Manager, settings: Settings | None = None, workers: int = 1) -> Controller:
+    """Register the SandboxWarmPoolAutoscaler controller with a manager."""
+    settings = settings or Settings()
+    autoscalers = mgr.get_informer(SANDBOX_WARM_POOL_AUTOSCALERS)
+    pools = mgr.get_informer(SANDBOX_WARM_POOLS)
+    reconciler = AutoscalerReconciler(
+        mgr.client,
+        autoscalers,
+        mgr.get_informer(SANDBOX_CLAIMS),
+        mgr.get_informer(SANDBOXES),
+        pools,
+        mgr.event_recorder(REPORTING_CONTROLLER),
+        settings,
+    )
+    controller = (
+        ControllerBuilder(mgr)
+        .named(CONTROLLER_NAME)
+        .for_(SANDBOX_WARM_POOL_AUTOSCALERS)
+        # the pool's spec (replicas: another writer), not its every status write
+        .watches(SANDBOX_WARM_POOLS, reconciler.for_pool, predicates=[GenerationChangedPredicate()])
+        .workers(workers)
+        .with_min_interval(settings.min_interval)
+        .complete(reconciler)
+    )
+    reconciler.enqueue = controller.enqueue
+    return controller

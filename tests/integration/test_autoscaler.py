@@ -1,0 +1,312 @@
+"""The SandboxWarmPoolAutoscaler against the real local control plane, windows of seconds.
+
+The Sandbox, SandboxWarmPool, SandboxClaim and autoscaler controllers run in-process (a Manager,
+leader election off); the tests act only through the API, as a user would: claims arrive, the
+pool is resized through its /scale subresource, someone else patches the pool, the autoscaler is
+deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from agentsandbox.api.kinds import SANDBOX_CLAIM, SANDBOX_WARM_POOL_AUTOSCALER
+from agentsandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOL_AUTOSCALERS,
+    SANDBOX_WARM_POOLS,
+)
+from agentsandbox.controllers import autoscaler as autoscaler_controller
+from agentsandbox.controllers import claim as claim_controller
+from agentsandbox.controllers import sandbox as sandbox_controller
+from agentsandbox.controllers import warmpool
+from agentsandbox.controllers.autoscaler import Settings as AutoscalerSettings
+from agentsandbox.controllers.autoscaler_act import CONFLICT, SCALED, ScaleWriter
+from agentsandbox.controllers.warmpool_plan import Settings
+from agentsandbox.kube.client import Client
+from agentsandbox.kube.config import load_kubeconfig
+from agentsandbox.kube.errors import ApiError
+from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.resources import Resource
+
+from .runtime_helpers import eventually, running
+from .test_warmpool import pool_obj, template_obj
+
+EVENTS = Resource("events.k8s.io", "v1", "events", "Event")
+#: passes every 0.5 s, rates over the last 6 s (the defaults are 5 s and 10 min)
+FAST = AutoscalerSettings(sync_period=0.5, min_interval=0.2, rate_window=6.0, burst_bin=2.0)
+
+
+@pytest.fixture
+async def client(kubeconfig: str) -> AsyncIterator[Client]:
+    c = Client(await load_kubeconfig(kubeconfig), qps=0, pool_size=100)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+@contextlib.asynccontextmanager
+async def controllers(client: Client) -> AsyncIterator[Manager]:
+    mgr = Manager(client)
+    sandbox_controller.setup(mgr, 8, "cluster.local")
+    warmpool.setup(mgr, Settings(), workers=4)
+    claim_controller.setup(mgr, workers=8)
+    autoscaler_controller.setup(mgr, FAST)
+    async with running(mgr):
+        await asyncio.wait_for(mgr.wait_started(), 20)
+        yield mgr
+
+
+def autoscaler_obj(name: str, pool: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": SANDBOX_WARM_POOL_AUTOSCALER.api_version,
+        "kind": SANDBOX_WARM_POOL_AUTOSCALER.kind,
+        "metadata": {"name": name},
+        "spec": {
+            "scaleTargetRef": {
+                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                "kind": "SandboxWarmPool",
+                "name": pool,
+            },
+            **spec,
+        },
+    }
+
+
+def claim_obj(name: str, pool: str) -> dict[str, Any]:
+    return {
+        "apiVersion": SANDBOX_CLAIM.api_version,
+        "kind": "SandboxClaim",
+        "metadata": {"name": name},
+        "spec": {"warmPoolRef": {"name": pool}},
+    }
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    for cond in (obj.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == type_:
+            return dict(cond)
+    return {}
+
+
+async def replicas(client: Client, ns: str, pool: str) -> int:
+    scale = await client.get(SANDBOX_WARM_POOLS, pool, ns, subresource="scale")
+    return int(scale["spec"]["replicas"])
+
+
+async def poll(check: Any, within: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"timed out after {within}s waiting for {what}; last: {last!r}")
+
+
+async def event_reasons(client: Client, ns: str) -> list[str]:
+    listed = await client.list(EVENTS, ns)
+    return [
+        str(e.get("reason"))
+        for e in listed.items
+        if (e.get("regarding") or {}).get("kind") == SANDBOX_WARM_POOL_AUTOSCALER.kind
+    ]
+
+
+async def test_the_crd_rejects_min_above_max_and_a_share_outside_0_1(
+    client: Client, namespace: str
+) -> None:
+    for spec, message in (
+        (
+            {"minReplicas": 5, "maxReplicas": 2, "targetWarmShare": 0.9},
+            "spec.minReplicas must not be greater than spec.maxReplicas",
+        ),
+        (
+            {"maxReplicas": 2, "targetWarmShare": 1},
+            "spec.targetWarmShare must be between 0 and 1",
+        ),
+        ({"maxReplicas": 2, "targetWarmShare": 0}, "spec.targetWarmShare must be between 0 and 1"),
+    ):
+        with pytest.raises(ApiError) as err:
+            await client.create(
+                SANDBOX_WARM_POOL_AUTOSCALERS, autoscaler_obj("bad", "p", **spec), namespace
+            )
+        assert message in str(err.value), err.value
+    made = await client.create(
+        SANDBOX_WARM_POOL_AUTOSCALERS,
+        autoscaler_obj("good", "p", maxReplicas=3, targetWarmShare=0.99),
+        namespace,
+    )
+    assert made["spec"]["minReplicas"] == 1  # the CRD default
+
+
+async def test_the_scale_write_carries_a_precondition_the_api_server_enforces(
+    client: Client, namespace: str
+) -> None:
+    """A merge patch of /scale with the resourceVersion read: stale after another write, it is
+    refused (409, nothing written); fresh, it goes through."""
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 1), namespace)
+    writer = ScaleWriter(client)
+    read = await writer.read_scale(SANDBOX_WARM_POOLS, namespace, "pool")
+    await client.patch(SANDBOX_WARM_POOLS, "pool", {"spec": {"replicas": 2}}, namespace)
+    assert await writer.write_scale(SANDBOX_WARM_POOLS, namespace, "pool", 5, read) == CONFLICT
+    assert await replicas(client, namespace, "pool") == 2
+    fresh = await writer.read_scale(SANDBOX_WARM_POOLS, namespace, "pool")
+    assert fresh.replicas == 2
+    assert await writer.write_scale(SANDBOX_WARM_POOLS, namespace, "pool", 5, fresh) == SCALED
+    assert await replicas(client, namespace, "pool") == 5
+
+
+async def test_a_pool_grows_under_steady_claims_and_shrinks_after_the_window(
+    client: Client, namespace: str
+) -> None:
+    """Claims at ~8/s for 5 s: the autoscaler, measuring arrivals and refill times, raises the
+    pool above its minimum while the claims still come (before they drain it), says why in its
+    status and Events; once they stop it gives the sandboxes back after the stabilisation
+    window, to the minimum."""
+    ns = namespace
+    await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), ns)
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 1), ns)
+    await client.create(
+        SANDBOX_WARM_POOL_AUTOSCALERS,
+        autoscaler_obj(
+            "auto",
+            "pool",
+            minReplicas=1,
+            maxReplicas=30,
+            targetWarmShare=0.99,
+            scaleDownStabilizationSeconds=3,
+        ),
+        ns,
+    )
+    async with controllers(client):
+        # the pool's first sandbox gives the first refill time; the autoscaler reports
+        auto = await poll(
+            lambda: _get_if(client, ns, lambda a: condition(a, "Ready").get("status") == "True"),
+            20,
+            "the autoscaler Ready",
+        )
+        assert auto["status"]["currentReplicas"] == 1
+        assert condition(auto, "AbleToScale")["status"] == "True"
+        peak = 1
+        t0 = time.monotonic()
+        for i in range(40):  # ~8 claims/s for 5 s
+            await client.create(SANDBOX_CLAIMS, claim_obj(f"c{i}", "pool"), ns)
+            peak = max(peak, await replicas(client, ns, "pool"))
+            await asyncio.sleep(max(0.0, t0 + (i + 1) * 0.125 - time.monotonic()))
+        assert peak > 1, "the pool did not grow while the claims came"
+        auto = await client.get(SANDBOX_WARM_POOL_AUTOSCALERS, "auto", ns)
+        status = auto["status"]
+        assert status["arrivalRate"] > 1.0 and status["refillSeconds"] > 0
+        assert status["lastScale"]["reason"] == "ScaledUp", status
+        assert status["lastScale"]["fromReplicas"] < status["lastScale"]["toReplicas"]
+        assert "Erlang-B" in status["lastScale"]["message"]
+        assert 0 < status["predictedWarmShare"] <= 1
+
+        # the claims stop: after the rate window (6 s) and the stabilisation window (3 s) the
+        # pool goes back to its minimum, and the status says why
+        shrunk = await poll(
+            lambda: _get_if(
+                client,
+                ns,
+                lambda a: (
+                    (a.get("status") or {}).get("lastScaledReplicas") == 1
+                    and (a["status"].get("lastScale") or {}).get("reason") == "ScaledDown"
+                ),
+            ),
+            25,
+            "the pool scaled back down to 1",
+        )
+        assert await replicas(client, ns, "pool") == 1
+        assert shrunk["status"]["lastScale"]["toReplicas"] == 1
+        assert condition(shrunk, "Ready")["status"] == "True"
+        reasons = await poll(
+            lambda: _reasons_if(client, ns, {"SuccessfulRescale"}), 5, "SuccessfulRescale Events"
+        )
+        assert "ConflictingWriter" not in reasons
+
+
+async def test_another_writer_is_reported_not_fought_and_deleting_leaves_the_last_size(
+    client: Client, namespace: str
+) -> None:
+    ns = namespace
+    await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), ns)
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 1), ns)
+    await client.create(
+        SANDBOX_WARM_POOL_AUTOSCALERS,
+        autoscaler_obj("auto", "pool", minReplicas=2, maxReplicas=10, targetWarmShare=0.95),
+        ns,
+    )
+    async with controllers(client):
+        # taken over: no claims, so the minimum
+        await poll(lambda: _replicas_are(client, ns, 2), 20, "the pool set to the minimum 2")
+        # someone else (an HPA, GitOps, kubectl) sets the pool's replicas directly
+        await client.patch(SANDBOX_WARM_POOLS, "pool", {"spec": {"replicas": 6}}, ns)
+        auto = await poll(
+            lambda: _get_if(
+                client,
+                ns,
+                lambda a: condition(a, "AbleToScale").get("reason") == "ConflictingWriter",
+            ),
+            10,
+            "ConflictingWriter reported",
+        )
+        able = condition(auto, "AbleToScale")
+        assert able["status"] == "False" and "6" in able["message"], able
+        assert condition(auto, "Ready")["reason"] == "ConflictingWriter"
+        await poll(lambda: _reasons_if(client, ns, {"ConflictingWriter"}), 5, "a Warning Event")
+        await asyncio.sleep(2.0)  # several passes: not fought
+        assert await replicas(client, ns, "pool") == 6
+
+        # a spec change takes the pool over again
+        await client.patch(SANDBOX_WARM_POOL_AUTOSCALERS, "auto", {"spec": {"minReplicas": 3}}, ns)
+        await poll(lambda: _replicas_are(client, ns, 3), 10, "the pool taken over at 3")
+        auto = await poll(
+            lambda: _get_if(
+                client, ns, lambda a: condition(a, "AbleToScale").get("status") == "True"
+            ),
+            10,
+            "AbleToScale again",
+        )
+
+        # deleting the autoscaler leaves the pool at its last size (no owner, no finalizer)
+        await client.delete(SANDBOX_WARM_POOL_AUTOSCALERS, "auto", ns)
+        await poll(lambda: _gone(client, ns), 10, "the autoscaler gone")
+        await asyncio.sleep(1.5)
+        pool = await client.get(SANDBOX_WARM_POOLS, "pool", ns)
+        assert pool["spec"]["replicas"] == 3
+        assert not pool["metadata"].get("ownerReferences")
+
+
+async def _get_if(client: Client, ns: str, pred: Any) -> dict[str, Any] | None:
+    obj = await client.get(SANDBOX_WARM_POOL_AUTOSCALERS, "auto", ns)
+    return obj if pred(obj) else None
+
+
+async def _replicas_are(client: Client, ns: str, n: int) -> bool:
+    return await replicas(client, ns, "pool") == n
+
+
+async def _reasons_if(client: Client, ns: str, wanted: set[str]) -> list[str] | None:
+    found = await event_reasons(client, ns)
+    return found if wanted <= set(found) else None
+
+
+async def _gone(client: Client, ns: str) -> bool:
+    try:
+        await client.get(SANDBOX_WARM_POOL_AUTOSCALERS, "auto", ns)
+    except ApiError as err:
+        return err.status == 404
+    return False
+
+
+__all__ = ["eventually"]
