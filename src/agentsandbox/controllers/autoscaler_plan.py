@@ -376,7 +376,9 @@ def _burst_headroom(
     gmin, gmax = min(gaps), max(gaps)
     if gmax > 2 * gmin:
         return headroom, f"bursts of up to {size} at irregular gaps: held", None
-    earliest = starts[-1] + gmin - (gmax - gmin) - policy.burst_bin
+    # the shortest gap seen, less a tenth of the spread (fewer samples than the true minimum)
+    # and a bin (episodes start at bin granularity)
+    earliest = starts[-1] + gmin - 0.1 * (gmax - gmin) - policy.burst_bin
     lead = margin + lead_time(memory.refill_sorted, duration, target)
     if now > starts[-1] + 2 * gmax:
         return 0, f"bursts every ~{gmin:.0f}-{gmax:.0f}s stopped", None

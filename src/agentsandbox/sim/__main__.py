@@ -30,7 +30,9 @@ def parser() -> argparse.ArgumentParser:
         "autoscaler's decide()): autoscaled vs the smallest static pool reaching the target.",
     )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--trace", choices=["burst", "diurnal", "steady"], default="burst")
+    src.add_argument(
+        "--trace", choices=["burst", "burst-instant", "diurnal", "steady"], default="burst"
+    )
     src.add_argument("--csv", type=Path, help="replay claim times from a CSV (first column)")
     p.add_argument("--latency", choices=["local", "lognormal", "both"], default="both")
     p.add_argument("--seed", type=int, default=1)
@@ -61,9 +63,12 @@ def main(argv: list[str] | None = None) -> int:
             dwell=args.dwell if args.dwell is not None else 120.0,
             duration=duration if args.hours is not None else None,
         )
-    elif args.trace == "burst":
+    elif args.trace in ("burst", "burst-instant"):
         trace = traces.burst(
-            args.seed, duration, dwell=args.dwell if args.dwell is not None else 600.0
+            args.seed,
+            duration,
+            dwell=args.dwell if args.dwell is not None else 600.0,
+            instant=2.0 if args.trace == "burst-instant" else None,
         )
     elif args.trace == "diurnal":
         trace = traces.diurnal(

@@ -40,21 +40,30 @@ def burst(
     period: float = 300.0,
     jitter: float = 30.0,
     dwell: float = 600.0,
+    instant: float | None = None,
 ) -> Trace:
+    """``instant=None``: each claim uniform within ``jitter`` of its burst's mark (the burst is
+    spread over 2·jitter). ``instant=L`` (the other reading of "± 30 s"): the burst's time is
+    uniform within ``jitter`` of the mark and its claims arrive uniformly within L seconds."""
     rng = random.Random(f"burst-{seed}")
     times: list[float] = []
     mark = period
     while mark - jitter < duration:
-        times.extend(mark + rng.uniform(-jitter, jitter) for _ in range(size))
+        if instant is None:
+            times.extend(mark + rng.uniform(-jitter, jitter) for _ in range(size))
+        else:
+            at = mark + rng.uniform(-jitter, jitter)
+            times.extend(at + rng.uniform(0, instant) for _ in range(size))
         mark += period
     arrivals = sorted(t for t in times if 0 <= t < duration)
-    return Trace(
-        "burst",
-        arrivals,
-        dwell,
-        duration,
-        f"{size} claims every {period:g}s ± {jitter:g}s (uniform), dwell {dwell:g}s",
-    )
+    if instant is None:
+        shape = f"{size} claims every {period:g}s ± {jitter:g}s (uniform), dwell {dwell:g}s"
+    else:
+        shape = (
+            f"{size} claims within {instant:g}s every {period:g}s ± {jitter:g}s (uniform), "
+            f"dwell {dwell:g}s"
+        )
+    return Trace("burst" if instant is None else "burst-instant", arrivals, dwell, duration, shape)
 
 
 def poisson(
