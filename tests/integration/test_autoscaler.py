@@ -16,12 +16,14 @@ from typing import Any
 
 import pytest
 
+from agentsandbox.api import keys
 from agentsandbox.api.kinds import SANDBOX_CLAIM, SANDBOX_WARM_POOL_AUTOSCALER
 from agentsandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOL_AUTOSCALERS,
     SANDBOX_WARM_POOLS,
+    SANDBOXES,
 )
 from agentsandbox.controllers import autoscaler as autoscaler_controller
 from agentsandbox.controllers import claim as claim_controller
@@ -204,6 +206,10 @@ async def test_a_pool_grows_under_steady_claims_and_shrinks_after_the_window(
             peak = max(peak, await replicas(client, ns, "pool"))
             await asyncio.sleep(max(0.0, t0 + (i + 1) * 0.125 - time.monotonic()))
         assert peak > 1, "the pool did not grow while the claims came"
+        # it grew in time: (nearly) every claim adopted a warm sandbox (40 of 40 on an idle
+        # machine), which a pool left at 1, one sandbox refilled at a time, could not promise
+        served = await poll(lambda: _launch_types(client, ns, 40), 20, "every claim served")
+        assert served.get("warm", 0) >= 30, served
         auto = await client.get(SANDBOX_WARM_POOL_AUTOSCALERS, "auto", ns)
         status = auto["status"]
         assert status["arrivalRate"] > 1.0 and status["refillSeconds"] > 0
@@ -310,3 +316,13 @@ async def _gone(client: Client, ns: str) -> bool:
 
 
 __all__ = ["eventually"]
+
+
+async def _launch_types(client: Client, ns: str, n: int) -> dict[str, int] | None:
+    """Claimed sandboxes by launch type (warm: adopted from the pool), once ``n`` are there."""
+    listed = await client.list(SANDBOXES, ns, label_selector=keys.LABEL_LAUNCH_TYPE)
+    counts: dict[str, int] = {}
+    for sb in listed.items:
+        kind = sb["metadata"]["labels"][keys.LABEL_LAUNCH_TYPE]
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts if sum(counts.values()) >= n else None
