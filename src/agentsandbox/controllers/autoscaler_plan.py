@@ -65,7 +65,7 @@ class Policy:
     burst_bin: float = 10.0
     burst_min_claims: int = 10
     # how many past episodes the burst size and spacing are learned from
-    burst_history: int = 8
+    burst_history: int = 12
 
 
 @dataclass(frozen=True)
@@ -349,8 +349,10 @@ def _burst_headroom(
     done = [b for b in bursts if b is not ongoing][-policy.burst_history :]
 
     def need(size: int, duration: float) -> int:
-        rate = size / max(duration, policy.burst_bin)
-        return min(size, servers_for(rate * min(refill, duration), target, cap))
+        # the claims of one refill time within the burst: all of them when the refill is
+        # longer than the burst
+        load = size * min(1.0, refill / max(duration, 1e-9))
+        return min(size, servers_for(load, target, cap))
 
     if ongoing is not None:
         seen = sum(1 for t in recent if t >= ongoing.start)
@@ -376,9 +378,9 @@ def _burst_headroom(
     gmin, gmax = min(gaps), max(gaps)
     if gmax > 2 * gmin:
         return headroom, f"bursts of up to {size} at irregular gaps: held", None
-    # the shortest gap seen, less a tenth of the spread (fewer samples than the true minimum)
-    # and a bin (episodes start at bin granularity)
-    earliest = starts[-1] + gmin - 0.1 * (gmax - gmin) - policy.burst_bin
+    # the shortest gap seen, less a quarter of the spread (a few samples rarely hold the true
+    # minimum) and a bin (episodes start at bin granularity)
+    earliest = starts[-1] + gmin - 0.25 * (gmax - gmin) - policy.burst_bin
     lead = margin + lead_time(memory.refill_sorted, duration, target)
     if now > starts[-1] + 2 * gmax:
         return 0, f"bursts every ~{gmin:.0f}-{gmax:.0f}s stopped", None
