@@ -122,7 +122,7 @@ FLAG_NOTES: dict[str, str] = {
     "cache-label-selectors": "type not in the spec; our Pod cache is always label-scoped",
     "sandbox-write-behind-window": "not implemented: metadata writes are synchronous (upstream 0)",
     "enable-warm-pool-eviction": "HEAD's default: the flag has no seed default (see Decisions)",
-    "enable-warm-pool-autoscaler": "ours: the SandboxWarmPoolAutoscaler (docs/autoscaler-object.md)",
+    "enable-warm-pool-autoscaler": "ours: SandboxWarmPoolAutoscaler (docs/autoscaler-object.md)",
 }
 
 # ---------------------------------------------------------------------------- upstream: keys
@@ -199,6 +199,8 @@ REASON_MODULES: dict[str, str] = {
     "agentsandbox.controllers.claim_plan": "SandboxClaim",
     "agentsandbox.controllers.warmpool_plan": "SandboxWarmPool",
     "agentsandbox.controllers.template_plan": "SandboxTemplate",
+    "agentsandbox.controllers.autoscaler_plan": "SandboxWarmPoolAutoscaler",
+    "agentsandbox.controllers.autoscaler_rules": "SandboxWarmPoolAutoscaler",
 }
 #: api.conditions holds one claim reason among the Sandbox ones.
 REASON_OVERRIDES: dict[tuple[str, str], str] = {
@@ -206,6 +208,7 @@ REASON_OVERRIDES: dict[tuple[str, str], str] = {
 }
 REASON_NOTES: dict[tuple[str, str], str] = {
     ("SandboxWarmPool", "*"): "ours: upstream tried pool conditions and dropped them (#1328)",
+    ("SandboxWarmPoolAutoscaler", "*"): "ours: an API of our own (docs/autoscaler-object.md)",
 }
 
 # -------------------------------------------------------------------------- upstream: metrics

@@ -425,3 +425,17 @@ def test_windows_time_arrivals_and_refills_and_forget_old_ones() -> None:
     assert w.refills_for(f"{NS}/p") == [pytest.approx(0.7)]
     clock.now += 61
     assert w.arrivals_for([f"{NS}/pool/p"]) == [] and w.refills_for(f"{NS}/p") == []
+
+
+def test_arrivals_stay_bounded_for_pools_no_autoscaler_reads() -> None:
+    clock = Clock()
+    w = Windows(10.0, clock)
+    for i in range(100):
+        clock.now += 1.0
+        w.claim_added(
+            {
+                "metadata": {"namespace": NS, "name": f"c{i}", "uid": f"u{i}"},
+                "spec": {"warmPoolRef": {"name": "p"}},
+            }
+        )
+    assert 10 <= len(w.arrivals[f"{NS}/pool/p"]) <= 11

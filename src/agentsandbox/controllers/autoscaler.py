@@ -192,9 +192,17 @@ class Windows:
         if when < now - self.window:
             return []
         uid = str(meta.get("uid") or meta.get("name"))
+        horizon = now - self.window
         for key in keys:
             seen = self.arrivals.setdefault(key, {})
             seen.setdefault(uid, when)
+            # bounded whether or not an autoscaler reads this key: drop the oldest (insertion
+            # order is nearly time order) while they are out of the window
+            while len(seen) > 1:
+                oldest = next(iter(seen))
+                if seen[oldest] >= horizon:
+                    break
+                del seen[oldest]
         return keys
 
     def arrivals_for(self, keys: Iterable[str]) -> list[float]:
@@ -405,6 +413,7 @@ class AutoscalerReconciler:
             )
             return Result(requeue_after=requeue)
 
+        memory.failure = None  # the target answered: a later failure is announced again
         if not is_sandbox_warm_pool(str(ref.get("apiVersion")), str(ref.get("kind"))):
             active = (
                 FALSE,
