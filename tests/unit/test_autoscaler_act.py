@@ -439,3 +439,14 @@ def test_arrivals_stay_bounded_for_pools_no_autoscaler_reads() -> None:
             }
         )
     assert 10 <= len(w.arrivals[f"{NS}/pool/p"]) <= 11
+
+
+async def test_a_409_on_the_status_write_looks_again_within_a_second() -> None:
+    api = FakeScaleApi(replicas=3)  # already the recommendation: only the status is written
+    rec, _, _, _ = setup_reconciler(api, autoscaler_obj())
+    assert api.autoscaler is not None
+    api.autoscaler["metadata"]["resourceVersion"] = "99"  # changed since the cache saw it
+    result = await rec.reconcile(Request(NS, "auto"))
+    assert result is not None and result.requeue_after == 1.0
+    assert [c[1] for c in api.writes()] == ["sandboxwarmpoolautoscalers/auto/status"]
+    assert "status" not in api.autoscaler

@@ -446,8 +446,8 @@ class AutoscalerReconciler:
         active = (TRUE, condition_reason(decision.reason), decision.message)
         status_in = StatusInput(generation, scale.replicas, decision, verdict.able, active)
         if verdict.write is None:
-            await self._write_status(autoscaler, memory, status_in, now_text)
-            return Result(requeue_after=requeue)
+            written = await self._write_status(autoscaler, memory, status_in, now_text)
+            return Result(requeue_after=requeue if written else min(requeue, CONFLICT_RECHECK))
 
         # announce the recommendation first (a restart then knows the value is ours), then write
         announced = (autoscaler.get("status") or {}).get("desiredReplicas") == verdict.write
