@@ -171,6 +171,7 @@ class WarmPoolReconciler(PoolWriter):
         sandboxes.add_handler(self._on_add, self._on_update, self._on_delete)
         # pool UID -> set once the pool is deleted (or being deleted): its create batch stops
         self._gone: dict[str, asyncio.Event] = {}
+        self._in_doubt: dict[str, set[str]] = {}
         add_pool_handler = getattr(pools, "add_handler", None)
         if add_pool_handler is not None:
             add_pool_handler(None, self._on_pool_update, self._on_pool_delete)
@@ -240,6 +241,7 @@ class WarmPoolReconciler(PoolWriter):
         memory = self._memory.pop(key, None)
         if memory is not None:
             self.expectations.delete(memory.uid)
+            self._in_doubt.pop(memory.uid, None)
 
     def _memory_of(self, key: str, pool: KubeObject) -> PoolMemory:
         uid = pool["metadata"].get("uid", "")
@@ -262,6 +264,7 @@ class WarmPoolReconciler(PoolWriter):
             return None
         memory = self._memory_of(key, pool)
         self._warn_unknown_strategy(key, pool, memory)
+        await self.resolve_doubts(pool)
         snap = self.observe(pool, memory)
         decision = plan(snap)
         outcome = Outcome()

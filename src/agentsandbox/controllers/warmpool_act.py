@@ -38,6 +38,7 @@ from agentsandbox.kube.errors import (
 )
 from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.expectations import Expectations
+from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.store import KubeObject
 
 from .batch import BatchCancelled, slow_start_batch
@@ -122,6 +123,9 @@ class PoolWriter:
     stopping: asyncio.Event | None
     # pool UID -> set once the pool is deleted (or being deleted): its create batch stops
     _gone: dict[str, asyncio.Event]
+    # pool UID -> names of creates a connection error left unknown (see resolve_doubts)
+    _in_doubt: dict[str, set[str]]
+    sandboxes: Informer
 
     async def adopt(
         self, pool: KubeObject, orphans: Iterable[Mapping[str, Any]], outcome: Outcome
@@ -226,18 +230,24 @@ class PoolWriter:
         meta = pool["metadata"]
         ns, name, uid = meta["namespace"], meta["name"], meta.get("uid", "")
         self.expectations.expect_creations(uid, count)
-        ok = 0
+        ok = doubtful = 0
 
         async def create(_: int) -> None:
-            nonlocal ok
+            nonlocal ok, doubtful
             try:
                 for attempt in range(NAME_ATTEMPTS):
+                    body = named(blueprint)
                     try:
-                        await self._create_named(named(blueprint), ns, uid)
+                        await self._create_named(body, ns, uid)
                         break
                     except AlreadyExists:  # a generated name taken: another one
                         if attempt == NAME_ATTEMPTS - 1:
                             raise
+                    except ApiConnectionError:
+                        # maybe done, maybe not: still expected until the next pass knows
+                        self._in_doubt.setdefault(uid, set()).add(body["metadata"]["name"])
+                        doubtful += 1
+                        raise
             except Exception:
                 CREATES.labels(ns, name, "error").inc()
                 raise
@@ -251,13 +261,35 @@ class PoolWriter:
             # the pool is deleted: nothing is created for a pool that is gone
             _, error = await _unless(gone, slow_start_batch(count, 1, create, stop=self.stopping))
         finally:  # failed, never sent, or cancelled: those creates will never be observed
-            if ok < count:
-                self.expectations.creation_failed(uid, count - ok)
+            if ok + doubtful < count:
+                self.expectations.creation_failed(uid, count - ok - doubtful)
         if isinstance(error, BatchCancelled):
             return  # shutting down, or the pool is gone: the next leader carries on
         if error is not None:
             outcome.create_error = error
             outcome.errors.append(error)
+
+    async def resolve_doubts(self, pool: KubeObject) -> None:
+        """Settle the creates whose outcome a connection error left unknown (their expectations
+        are still raised): one the cache shows, or a GET finds, was done (its ADDED event lowers
+        the expectation); one the apiserver does not have failed (lowered here). Still
+        unreachable: asked again next pass (the expectations expire after 5 minutes anyway)."""
+        meta = pool["metadata"]
+        uid, ns = meta.get("uid", ""), meta["namespace"]
+        names = self._in_doubt.get(uid)
+        if not names:
+            return
+        for name in sorted(names):
+            if self.sandboxes.get(name, ns) is None:
+                try:
+                    await self.client.get(SANDBOXES, name, ns)
+                except NotFound:
+                    self.expectations.creation_failed(uid, 1)
+                except KubeError:
+                    continue  # still unknown
+            names.discard(name)
+        if not names:
+            del self._in_doubt[uid]
 
     async def _create_named(self, body: Mapping[str, Any], ns: str, pool_uid: str) -> None:
         """POST one named pool sandbox. A connection error may have lost the answer of a create
