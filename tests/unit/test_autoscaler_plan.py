@@ -220,3 +220,22 @@ def test_lead_time_covers_slow_creates_spread_over_the_burst() -> None:
         max(q - (q - 1) / 100 * 50 for q in refills)
     )
     assert lead_time(refills, 50.0, 0.99) < 100.0
+
+
+def test_a_warm_share_horizon_prices_cold_claims() -> None:
+    """With a horizon the first size is the per-moment one; while the predicted cold share runs
+    below the allowance the price falls and a quiet pool is allowed to shrink below it."""
+    horizon = Policy(1, 1000, 0.99, warm_share_horizon=3600.0)
+    memory = Memory()
+    now, current = 10_000.0, 1
+    strict = once(0.1, 0.3).replicas
+    sizes = []
+    for _ in range(400):
+        d = decide(Observation(now, even(0.1, now), [0.3] * 50, current), horizon, memory)
+        sizes.append(d.replicas)
+        current, now = d.replicas, now + 15
+    assert sizes[0] == strict == 2
+    assert 1 in sizes  # 0.1/s with a 0.4 s refill: one sandbox serves ~96 % warm
+    # and the predicted cold share over the horizon stays near the 1 % allowance
+    assert memory.cold_price is not None
+    assert memory.cold_seen / memory.claims_seen < 0.015

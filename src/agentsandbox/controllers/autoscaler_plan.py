@@ -66,6 +66,12 @@ class Policy:
     burst_min_claims: int = 10
     # how many past episodes the burst size and spacing are learned from
     burst_history: int = 12
+    # 0: the target holds at every moment (Erlang-B at the current rate). > 0: it holds on
+    # average over about this many seconds of claims: the size minimises sandboxes + mu x
+    # predicted cold claims, mu adapted so the predicted cold share over the horizon meets the
+    # allowance (a sandbox is added where it saves the most cold claims; a quiet night may run
+    # below the target where it costs few claims). See docs/autoscaling.md.
+    warm_share_horizon: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,11 @@ class Memory:
     refill_p99: float | None = None
     refill_sorted: list[float] = field(default_factory=list)  # the last samples, sorted
     bursts: list[Burst] = field(default_factory=list)
+    # warm_share_horizon: the cold-claim price (sandbox-seconds per cold claim) and the
+    # predicted claims and cold claims over the horizon (exponentially decayed)
+    cold_price: float | None = None
+    claims_seen: float = 0.0
+    cold_seen: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -269,6 +280,8 @@ def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
 
     target = policy.target_warm_share
     base = servers_for(base_rate * refill, target, hi)
+    if policy.warm_share_horizon > 0 and base_rate > 0:
+        base = _priced_size(base_rate, refill, base, cadence, policy, memory)
     headroom, why, next_burst = _burst_headroom(now, recent, refill, margin, policy, memory)
 
     # HPA stabilisation on the base recommendation; the burst schedule adds on top
@@ -287,6 +300,10 @@ def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     load = base_rate * refill
     cold = erlang_b(base, load) if base <= hi else erlang_b(hi, load)
     predicted = 1.0 - erlang_b(max(replicas - headroom, 0), load)
+    if policy.warm_share_horizon > 0:
+        decay = math.exp(-cadence / policy.warm_share_horizon)
+        memory.claims_seen = memory.claims_seen * decay + base_rate * cadence
+        memory.cold_seen = memory.cold_seen * decay + base_rate * cadence * (1.0 - predicted)
     parts = [
         f"claims {rate:.3g}/s ({base_rate:.3g}/s outside bursts), mean refill {refill:.3g}s "
         f"(p99 {memory.refill_p99:.3g}s): offered load {load:.3g}, "
@@ -329,6 +346,34 @@ def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         base_rate=base_rate,
         next_burst=next_burst,
     )
+
+
+def _priced_size(
+    rate: float, refill: float, strict: int, cadence: float, policy: Policy, memory: Memory
+) -> int:
+    """The size minimising ``N + price x rate x ErlangB(N, rate x refill)``: sandboxes are added
+    while the next one saves at least 1/price cold claims per second. The price starts where
+    this size equals the per-moment one (``strict``) and is adapted (a time constant of a tenth
+    of the horizon) towards the predicted cold share over the horizon meeting ``1 - target``."""
+    load = rate * refill
+    allowance = 1.0 - policy.target_warm_share
+    if memory.cold_price is None:
+        saved = rate * (erlang_b(max(strict - 1, 0), load) - erlang_b(strict, load))
+        memory.cold_price = 1.0 / max(saved, 1e-12)
+    elif memory.claims_seen > 0 and allowance > 0:
+        share = memory.cold_seen / memory.claims_seen
+        step = cadence / (0.1 * policy.warm_share_horizon)
+        ratio = min(max(share / allowance, 0.1), 10.0)
+        memory.cold_price *= math.exp(min(step, 1.0) * math.log(ratio))
+    price = memory.cold_price
+    n = 0
+    b = 1.0
+    while n <= policy.max_replicas:
+        nxt = load * b / (n + 1 + load * b)
+        if price * rate * (b - nxt) < 1.0:
+            break
+        n, b = n + 1, nxt
+    return n
 
 
 def _burst_headroom(

@@ -44,6 +44,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-replicas", type=int, default=2000)
     p.add_argument("--scale-down-window", type=float, default=300.0)
     p.add_argument("--decide-interval", type=float, default=15.0)
+    p.add_argument(
+        "--warm-share-horizon",
+        type=float,
+        default=0.0,
+        help="seconds the target holds on average over (0: at every moment)",
+    )
     p.add_argument("--warmup", type=float, default=3600.0, help="seconds not counted at start")
     p.add_argument("--lognormal-median", type=float, default=90.0)
     p.add_argument("--lognormal-sigma", type=float, default=0.3)
@@ -88,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         max_replicas=args.max_replicas,
         target_warm_share=args.target,
         scale_down_window=args.scale_down_window,
+        warm_share_horizon=args.warm_share_horizon,
     )
     warmup = min(args.warmup, trace.duration / 4)
     print(f"{trace.name}: {len(trace.arrivals)} claims, {trace.description}", file=sys.stderr)
