@@ -15,8 +15,8 @@ bursty, and a run of bursty bins is a burst *episode* (start, end, size above th
 are remembered across decisions (:class:`Memory`). From them the decision learns
 
 - the **size** a burst needs from the pool: the claims that arrive within one refill time inside a
-  burst, sized by Erlang-B at the burst's own rate (``min(S, servers(λ_burst·min(T, D)))``: for a
-  refill longer than the burst that is the whole burst ``S``; for a fast refill a handful);
+  burst, sized by Erlang-B (``min(S, servers(S·min(1, T/D)))``: for a refill longer than the
+  burst that is the whole burst ``S``; for a fast refill a handful);
 - **when** the next burst comes, if bursts recur regularly (gaps within a factor of 2 of each
   other): the pool grows by that headroom ``lead`` seconds before the earliest expected start and
   gives it back as the burst is served (the remaining claims of the burst, not more), so no
@@ -28,6 +28,11 @@ are remembered across decisions (:class:`Memory`). From them the decision learns
 **Stabilisation.** Up at once; down only to the highest base recommendation of the last
 ``scale_down_window`` seconds (HPA's rule). The learned burst schedule is a forecast, not noise,
 so it is not stabilised: its headroom comes at the predicted time and goes as the burst is served.
+
+**Optional: the target over a horizon** (``Policy.warm_share_horizon`` > 0): the base size
+minimises ``N + price·λ·ErlangB(N, λT)``, the price adapted so that the predicted cold share over
+the horizon meets ``1 - target`` (quiet hours may run below the target where that costs few
+claims). Off by default.
 
 Limits (``docs/autoscaling.md``): Poisson within a regime, refill times independent of the load
 (a real API server slows down under a burst of creates), one pool, bursts detected at bin
