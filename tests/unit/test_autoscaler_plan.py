@@ -239,3 +239,21 @@ def test_a_warm_share_horizon_prices_cold_claims() -> None:
     # and the predicted cold share over the horizon stays near the 1 % allowance
     assert memory.cold_price is not None
     assert memory.cold_seen / memory.claims_seen < 0.015
+
+
+def test_poisson_noise_is_not_a_burst() -> None:
+    """Poisson claims at 5/s for an hour: no bin passes the tail test, no episode is learned."""
+    import random
+
+    rng = random.Random(11)
+    arrivals, t = [], 0.0
+    while t < 3600:
+        t += rng.expovariate(5.0)
+        arrivals.append(t)
+    memory, current, now = Memory(), 1, 600.0
+    while now <= 3600:
+        window = [a for a in arrivals if now - 600 < a <= now]
+        d = decide(Observation(now, window, [30.0] * 50, current), POLICY, memory)
+        assert d.burst_headroom == 0
+        current, now = d.replicas, now + 15
+    assert memory.bursts == []
