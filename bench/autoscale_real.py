@@ -1,0 +1,606 @@
+"""The warm-pool autoscaler on a real (local) control plane: a shortened burst trace, autoscaled vs
+the smallest static pool reaching the same warm share, measured by the client.
+
+    python bench/autoscale_real.py --out DIR            # the full trace (~15 min)
+    python bench/autoscale_real.py --out DIR --smoke    # 1 burst of 5 claims (< 60 s)
+
+One private control plane (kube-apiserver + etcd + kwok, ``bench/harness.py``); each run has its
+own namespace and its own controller process started with its **default flags** (``--extensions``;
+the autoscaler is on by default, with its built-in settings: a pass every 5 s and on events, rates
+over 10 min, 10 s burst bins — they are in-process settings, not flags, and the trace is long
+enough for them).
+
+The trace (fixed seed): ``bursts`` bursts of ``size`` claims; burst ``k``'s mark is
+``first + k·period + U(-jitter, jitter)`` and its claims are sent at ``mark + U(0, spread)``,
+**open loop** (a claim's POST starts at its scheduled time whatever the others do). Each claim is
+deleted ``dwell`` seconds after it was seen Ready. The same claim times are replayed in every run.
+
+1. **autoscaled**: the pool starts at ``minReplicas``, a SandboxWarmPoolAutoscaler targets it.
+2. **the static size**: the simulator (``agentsandbox.sim``: the real ``plan()``) replays the exact
+   claim times with the create -> Ready times *measured in run 1* and searches the smallest static
+   size whose warm share reaches the warm share run 1 measured; the claim times are also written
+   as ``claims.csv`` (``python -m agentsandbox.sim --csv claims.csv`` replays them).
+3. **static**: one run at that size; if it misses run 1's warm share, one more a size up.
+
+Measured by the client: one namespace-wide claim watch (latency = the Ready event minus the
+claim's scheduled send time), one sandbox watch and one pool watch:
+
+- **warm** = the claim's sandbox was a pool member that was **Ready when the claim adopted it**
+  (the last state the watch showed before its controller changed from the pool to the claim).
+  The claim controller also adopts a *not-Ready* pool member when none is Ready (docs/claims.md);
+  those carry the ``agents.x-k8s.io/launch-type: warm`` label too but waited for a start: they
+  are counted as **from the pool** beside, not as warm (the simulator's definition).
+- **idle sandbox-seconds** = ∫ (pool-controlled sandboxes, Ready or not) dt, sampled every 0.5 s
+  from the sandbox watch, from the trace's start to its end (last claim + dwell).
+
+Writes ``autoscale_real.json``, ``autoscale_real.md`` (the table) and ``autoscale_real.png`` (pool
+size and claims over time, both runs) to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import csv
+import json
+import random
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import (
+    Bench,
+    BenchError,
+    machine_facts,
+    percentile,
+    ready_sandbox,
+    template,
+    wait_pool_status,
+    warm_claim,
+    warm_pool,
+)
+
+from agentsandbox.api import keys
+from agentsandbox.api.conditions import is_sandbox_ready
+from agentsandbox.api.kinds import SANDBOX_WARM_POOL_AUTOSCALER
+from agentsandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOL_AUTOSCALERS,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
+from agentsandbox.controllers.autoscaler_plan import Policy
+from agentsandbox.controllers.claim_plan import pool_owner
+from agentsandbox.kube.client import Client
+from agentsandbox.kube.errors import NotFound
+from agentsandbox.kube.informer import Informer
+
+POOL = "pool"
+SAMPLE_EVERY = 0.5
+WARM_GOAL = 0.97
+SAVING_GOAL = 0.15
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    bursts: int = 6
+    size: int = 40
+    period: float = 40.0
+    jitter: float = 5.0
+    spread: float = 10.0
+    dwell: float = 20.0
+    first: float = 15.0
+    seed: int = 1
+
+    def times(self) -> list[float]:
+        rng = random.Random(f"autoscale-real-{self.seed}")
+        out: list[float] = []
+        for k in range(self.bursts):
+            mark = self.first + k * self.period + rng.uniform(-self.jitter, self.jitter)
+            out.extend(mark + rng.uniform(0.0, self.spread) for _ in range(self.size))
+        return sorted(out)
+
+    def describe(self) -> str:
+        return (
+            f"{self.bursts} bursts of {self.size} claims, every {self.period:g} s ± "
+            f"{self.jitter:g} s (uniform), each claim uniform within {self.spread:g} s of its "
+            f"burst's mark, dwell {self.dwell:g} s after Ready, first mark at {self.first:g} s, "
+            f"seed {self.seed}"
+        )
+
+
+@dataclass(frozen=True)
+class Options:
+    trace: TraceSpec
+    target: float = 0.99
+    min_replicas: int = 1
+    max_replicas: int = 200
+    stabilization: float = 15.0
+    warmup_bursts: int = 2
+    smoke: bool = False
+
+
+@dataclass
+class Observer:
+    """Sandbox, claim and pool watches of one namespace, and the 0.5 s sampler."""
+
+    client: Client
+    ns: str
+    t0: float = 0.0
+    pool_member: dict[str, bool] = field(default_factory=dict)  # name -> Ready (pool members)
+    first_seen: dict[str, float] = field(default_factory=dict)
+    refill: list[float] = field(default_factory=list)  # create -> Ready of pool members, s
+    adopted_ready: dict[str, bool] = field(default_factory=dict)  # sandbox -> Ready at adoption
+    launch_type: dict[str, str] = field(default_factory=dict)
+    claim_ready: dict[str, float] = field(default_factory=dict)
+    claim_sandbox: dict[str, str] = field(default_factory=dict)
+    ready_events: dict[str, asyncio.Event] = field(default_factory=dict)
+    replicas: int = 0
+    series: list[tuple[float, int, int, int]] = field(default_factory=list)  # t, spec, pool, ready
+    autoscaler: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.sandboxes = Informer(self.client, SANDBOXES, self.ns)
+        self.sandboxes.add_handler(self._sb_add, self._sb_update, self._sb_gone)
+        self.claims = Informer(self.client, SANDBOX_CLAIMS, self.ns)
+        self.claims.add_handler(self._claim, lambda _o, n: self._claim(n))
+        self.pools = Informer(self.client, SANDBOX_WARM_POOLS, self.ns)
+        self.pools.add_handler(self._pool, lambda _o, n: self._pool(n))
+        self.swpa = Informer(self.client, SANDBOX_WARM_POOL_AUTOSCALERS, self.ns)
+        self.swpa.add_handler(self._swpa, lambda _o, n: self._swpa(n))
+
+    # ----------------------------------------------------------------- handlers
+    def _sb_add(self, sb: dict[str, Any]) -> None:
+        self._sb_update(None, sb)
+
+    def _sb_update(self, _old: dict[str, Any] | None, sb: dict[str, Any]) -> None:
+        name = sb["metadata"]["name"]
+        now = time.monotonic()
+        self.first_seen.setdefault(name, now)
+        label = (sb["metadata"].get("labels") or {}).get(keys.LABEL_LAUNCH_TYPE)
+        if label:
+            self.launch_type[name] = label
+        ready = is_sandbox_ready(sb) and not sb["metadata"].get("deletionTimestamp")
+        if pool_owner(sb) == POOL:
+            if ready and not self.pool_member.get(name) and name not in self.adopted_ready:
+                self.refill.append(now - self.first_seen[name])
+            self.pool_member[name] = ready
+        elif name in self.pool_member:  # adopted: its controller is no longer the pool
+            self.adopted_ready[name] = self.pool_member.pop(name)
+
+    def _sb_gone(self, sb: dict[str, Any]) -> None:
+        self.pool_member.pop(sb["metadata"]["name"], None)
+
+    def _claim(self, claim: dict[str, Any]) -> None:
+        name = claim["metadata"]["name"]
+        sandbox = ready_sandbox(claim)
+        if sandbox and name not in self.claim_ready:
+            self.claim_ready[name] = time.monotonic()
+            self.claim_sandbox[name] = sandbox
+            ev = self.ready_events.get(name)
+            if ev is not None:
+                ev.set()
+
+    def _pool(self, pool: dict[str, Any]) -> None:
+        if pool["metadata"]["name"] == POOL:
+            self.replicas = int((pool.get("spec") or {}).get("replicas") or 0)
+
+    def _swpa(self, obj: dict[str, Any]) -> None:
+        last = (obj.get("status") or {}).get("lastScale")
+        if last and (not self.autoscaler or self.autoscaler[-1]["lastScale"] != last):
+            t = round(time.monotonic() - self.t0, 2) if self.t0 else None
+            self.autoscaler.append({"t": t, "lastScale": last})
+
+    # ----------------------------------------------------------------- sampling
+    def sample(self) -> None:
+        ready = sum(1 for r in self.pool_member.values() if r)
+        self.series.append(
+            (round(time.monotonic() - self.t0, 3), self.replicas, len(self.pool_member), ready)
+        )
+
+    async def sampler(self, stop: asyncio.Event) -> None:
+        next_at = time.monotonic()
+        while not stop.is_set():
+            self.sample()
+            next_at += SAMPLE_EVERY
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(0.0, next_at - time.monotonic()))
+
+    def idle_seconds(self, start: float, end: float) -> float:
+        """∫ pool members dt over [start, end] (seconds from t0), step-wise from the samples."""
+        total = 0.0
+        for (t, _r, n, _ready), (t2, *_rest) in zip(self.series, self.series[1:], strict=False):
+            lo, hi = max(t, start), min(t2, end)
+            if hi > lo:
+                total += n * (hi - lo)
+        return total
+
+    async def __aenter__(self) -> Observer:
+        informers = (self.sandboxes, self.claims, self.pools, self.swpa)
+        for inf in informers:
+            inf.start()
+        await asyncio.gather(*(inf.wait_synced() for inf in informers))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for inf in (self.sandboxes, self.claims, self.pools, self.swpa):
+            await inf.stop()
+
+
+def autoscaler_obj(opts: Options) -> dict[str, Any]:
+    return {
+        "apiVersion": SANDBOX_WARM_POOL_AUTOSCALER.api_version,
+        "kind": SANDBOX_WARM_POOL_AUTOSCALER.kind,
+        "metadata": {"name": POOL},
+        "spec": {
+            "scaleTargetRef": {
+                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                "kind": "SandboxWarmPool",
+                "name": POOL,
+            },
+            "minReplicas": opts.min_replicas,
+            "maxReplicas": opts.max_replicas,
+            "targetWarmShare": opts.target,
+            "scaleDownStabilizationSeconds": int(opts.stabilization),
+        },
+    }
+
+
+async def run_once(b: Bench, opts: Options, label: str, static: int | None) -> dict[str, Any]:
+    """One run of the trace: autoscaled (``static`` None) or a static pool of ``static``."""
+    trace = opts.trace
+    times = trace.times()
+    end = times[-1] + trace.dwell + 5.0  # the measured span: every claim held and released
+    warm_from = (
+        trace.first + trace.period * (opts.warmup_bursts - 0.5) if opts.warmup_bursts else 0.0
+    )
+    await b.wait_namespaces_gone()
+    await b.check_healthy()
+    client = b.api
+    started = time.monotonic()
+    with b.controller(label, flags=()) as proc:
+        await proc.wait_ready()
+        async with b.namespace(f"as-{label}") as ns, Observer(client, ns) as obs:
+            await client.create(SANDBOX_TEMPLATES, template("tpl"), ns)
+            size0 = opts.min_replicas if static is None else static
+            await client.create(SANDBOX_WARM_POOLS, warm_pool(POOL, "tpl", size0), ns)
+            await wait_pool_status(client, ns, POOL, size0, 120)
+            if static is None:
+                await client.create(SANDBOX_WARM_POOL_AUTOSCALERS, autoscaler_obj(opts), ns)
+            await asyncio.sleep(2.0 if opts.smoke else 5.0)  # the autoscaler's first pass
+            names = [f"c-{i:04d}" for i in range(len(times))]
+            errors: dict[str, str] = {}
+            obs.t0 = t0 = time.monotonic() + 0.1
+            stop = asyncio.Event()
+            sampler = asyncio.create_task(obs.sampler(stop))
+
+            async def claim(name: str, at: float) -> None:
+                ev = obs.ready_events.setdefault(name, asyncio.Event())
+                await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
+                try:
+                    await client.create(SANDBOX_CLAIMS, warm_claim(name, POOL), ns)
+                except Exception as err:  # counted and reported
+                    errors[name] = repr(err)
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(ev.wait(), 60.0)
+                held_from = obs.claim_ready.get(name, time.monotonic())
+                await asyncio.sleep(max(0.0, held_from + trace.dwell - time.monotonic()))
+                with contextlib.suppress(NotFound):
+                    await client.delete(SANDBOX_CLAIMS, name, ns)
+
+            tasks = [asyncio.create_task(claim(n, at)) for n, at in zip(names, times, strict=True)]
+            while time.monotonic() < t0 + end:
+                proc.check()
+                await asyncio.sleep(1.0)
+            await asyncio.gather(*tasks)
+            stop.set()
+            await sampler
+            swpa_status: dict[str, Any] = {}
+            if static is None:
+                with contextlib.suppress(NotFound):
+                    got = await client.get(SANDBOX_WARM_POOL_AUTOSCALERS, POOL, ns)
+                    swpa_status = got.get("status") or {}
+    runtime = time.monotonic() - started
+
+    def figures(idx: list[int], start: float, stop_at: float) -> dict[str, Any]:
+        ready = [i for i in idx if names[i] in obs.claim_ready]
+        lat = [(obs.claim_ready[names[i]] - (t0 + times[i])) * 1000 for i in ready]
+        sbs = [obs.claim_sandbox[names[i]] for i in ready]
+        warm = sum(1 for s in sbs if obs.adopted_ready.get(s))
+        from_pool = sum(1 for s in sbs if s in obs.adopted_ready)
+        labelled = sum(1 for s in sbs if obs.launch_type.get(s) == keys.LAUNCH_TYPE_WARM)
+        idle = obs.idle_seconds(start, stop_at)
+        p50, p99 = percentile(lat, 50), percentile(lat, 99)
+        return {
+            "claims": len(idx),
+            "ready": len(ready),
+            "warm": warm,
+            "warm_share": round(warm / len(idx), 4) if idx else None,
+            "from_pool": from_pool,
+            "launch_type_warm": labelled,
+            "latency_ms": {
+                "p50": None if p50 is None else round(p50, 1),
+                "p90": None if not lat else round(percentile(lat, 90) or 0.0, 1),
+                "p99": None if p99 is None else round(p99, 1),
+                "max": None if not lat else round(max(lat), 1),
+            },
+            "idle_sandbox_seconds": round(idle, 1),
+            "mean_pool": round(idle / (stop_at - start), 2) if stop_at > start else None,
+            "span_seconds": round(stop_at - start, 1),
+        }
+
+    every = list(range(len(times)))
+    later = [i for i in every if times[i] >= warm_from]
+    result = {
+        "label": label,
+        "static": static,
+        "runtime_seconds": round(runtime, 1),
+        "create_errors": len(errors),
+        "whole": figures(every, 0.0, end),
+        "after_warmup": figures(later, warm_from, end),
+        "refill_seconds": sorted(round(x, 4) for x in obs.refill),
+        "series": obs.series,
+        "autoscaler_changes": obs.autoscaler,
+        "autoscaler_status": swpa_status,
+        "claim_times": times,
+    }
+    w = result["whole"]
+    print(
+        f"{label}: warm {w['warm']}/{w['claims']} ({w['warm_share']}), from pool "
+        f"{w['from_pool']}, p50 {w['latency_ms']['p50']} p99 {w['latency_ms']['p99']} ms, idle "
+        f"{w['idle_sandbox_seconds']} sandbox-s (mean pool {w['mean_pool']}), after warm-up warm "
+        f"{result['after_warmup']['warm_share']} idle "
+        f"{result['after_warmup']['idle_sandbox_seconds']}; {runtime:.0f} s",
+        flush=True,
+    )
+    return result
+
+
+def simulate_static(opts: Options, auto: dict[str, Any], out: Path) -> dict[str, Any]:
+    """The smallest static size reaching run 1's warm share on the same claim times, with the
+    create -> Ready times measured in run 1 (the simulator's real ``plan()``)."""
+    from agentsandbox.sim import latency as lat
+    from agentsandbox.sim.compare import compare
+    from agentsandbox.sim.engine import Config
+    from agentsandbox.sim.traces import Trace, from_csv
+
+    times = auto["claim_times"]
+    path = out / "claims.csv"
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["seconds"])
+        for t in times:
+            writer.writerow([f"{t:.3f}"])
+    replay = from_csv(path, dwell=opts.trace.dwell)
+    # the CSV shifts the first claim to 0; keep the run's own clock (the pool's first pass)
+    trace = Trace(
+        "autoscale-real",
+        list(times),
+        opts.trace.dwell,
+        times[-1] + opts.trace.dwell + 5.0,
+        opts.trace.describe(),
+    )
+    assert len(replay.arrivals) == len(trace.arrivals)
+    samples = tuple(auto["refill_seconds"]) or lat.LOCAL.samples
+    measured = lat.Empirical("measured here", samples)
+    policy = Policy(
+        min_replicas=opts.min_replicas,
+        max_replicas=opts.max_replicas,
+        target_warm_share=opts.target,
+        scale_down_window=opts.stabilization,
+    )
+    goal = auto["whole"]["warm_share"] or 0.0
+    out_sim: dict[str, Any] = {"target_warm_share": goal, "csv": str(path)}
+    for dist in (measured, lat.LOCAL):
+        cfg = Config(
+            trace=trace, latency=dist, seed=1, policy=policy, decide_interval=5.0, warmup=0.0
+        )
+        cmp = compare(cfg, goal, log=lambda line: print(line, file=sys.stderr, flush=True))
+        out_sim[dist.name] = {
+            "refill_mean_s": round(dist.mean(), 3),
+            "refill_samples": len(dist.samples),
+            "static_size": cmp.static_size,
+            "sizes_tried": {str(k): round(v, 4) for k, v in cmp.tried.items()},
+            "autoscaled_warm_share": round(cmp.autoscaled.warm_share, 4),
+            "autoscaled_idle": round(cmp.autoscaled.idle_seconds, 1),
+            "static_idle": None if cmp.static is None else round(cmp.static.idle_seconds, 1),
+        }
+        print(f"sim ({dist.name}): static {cmp.static_size} tried {cmp.tried}", flush=True)
+    return out_sim
+
+
+def md_table(result: dict[str, Any]) -> str:
+    runs = [result["autoscaled"], *result["static_runs"]]
+    lines = [
+        "| run | warm (whole run) | from the pool | p50 / p99 latency | idle sandbox-s | mean pool "
+        "| warm after warm-up | idle after warm-up | runtime |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        w, a = r["whole"], r["after_warmup"]
+        name = "autoscaled" if r["static"] is None else f"static {r['static']}"
+        lines.append(
+            f"| {name} | {w['warm_share'] * 100:.1f} % ({w['warm']}/{w['claims']}) | "
+            f"{w['from_pool']} | {w['latency_ms']['p50']} / {w['latency_ms']['p99']} ms | "
+            f"{w['idle_sandbox_seconds']:.0f} | {w['mean_pool']} | "
+            f"{a['warm_share'] * 100:.1f} % | {a['idle_sandbox_seconds']:.0f} | "
+            f"{r['runtime_seconds']:.0f} s |"
+        )
+    f = result["figures"]
+    lines.append("")
+    lines.append(
+        f"Compared with static {f['static_size']}: idle ratio autoscaled / static "
+        f"**{f['idle_ratio']}** ({f['fewer_idle_percent']} % fewer idle sandbox-seconds; after "
+        f"the warm-up {f['fewer_idle_percent_after_warmup']} %); autoscaled warm "
+        f"{f['autoscaled_warm_share'] * 100:.1f} %, static warm {f['static_warm_share'] * 100:.1f} "
+        f"%. Goal (≥ 97 % warm, ≥ 15 % fewer idle sandbox-seconds): "
+        f"**{'met' if f['goal_met'] else 'not met'}**."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict[str, Any], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [result["autoscaled"], *result["static_runs"]]
+    fig, axes = plt.subplots(len(runs), 1, figsize=(12, 3.6 * len(runs)), sharex=True)
+    if len(runs) == 1:
+        axes = [axes]
+    for ax, r in zip(axes, runs, strict=True):
+        s = r["series"]
+        t = [x[0] for x in s]
+        ax.step(t, [x[1] for x in s], where="post", label="spec.replicas")
+        ax.step(t, [x[2] for x in s], where="post", label="pool sandboxes (idle)")
+        ax.step(t, [x[3] for x in s], where="post", label="Ready pool sandboxes", alpha=0.7)
+        ax.set_ylabel("sandboxes")
+        twin = ax.twinx()
+        times = r["claim_times"]
+        if times:
+            bins = [i * 2.0 for i in range(int(max(times) / 2.0) + 2)]
+            twin.hist(times, bins=bins, color="grey", alpha=0.3, label="claims per 2 s")
+        twin.set_ylabel("claims per 2 s")
+        w = r["whole"]
+        name = "autoscaled" if r["static"] is None else f"static {r['static']}"
+        ax.set_title(
+            f"{name}: warm {w['warm_share'] * 100:.1f} %, idle {w['idle_sandbox_seconds']:.0f} "
+            f"sandbox-s, p99 {w['latency_ms']['p99']} ms"
+        )
+        ax.legend(loc="upper left", fontsize=8)
+    axes[-1].set_xlabel("seconds from the trace's start")
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+
+
+async def main_async(opts: Options, out: Path, static: int | None) -> dict[str, Any]:
+    b = Bench(out, smoke=opts.smoke)
+    t_start = time.monotonic()
+    b.start()
+    try:
+        await b.connect()
+        await b.check_healthy()
+        machine = machine_facts(b.cluster)
+        auto = await run_once(b, opts, "autoscaled", None)
+        sim: dict[str, Any] = {}
+        if static is None:
+            sim = await asyncio.to_thread(simulate_static, opts, auto, out)
+            static = sim["measured here"]["static_size"] or 1
+        goal = auto["whole"]["warm_share"] or 0.0
+        static_runs = [await run_once(b, opts, f"static-{static}", static)]
+        if (static_runs[-1]["whole"]["warm_share"] or 0.0) < goal and not opts.smoke:
+            static_runs.append(await run_once(b, opts, f"static-{static + 1}", static + 1))
+        chosen = static_runs[-1]
+        aw, sw = auto["whole"], chosen["whole"]
+        ratio = aw["idle_sandbox_seconds"] / sw["idle_sandbox_seconds"]
+        ratio_later = (
+            auto["after_warmup"]["idle_sandbox_seconds"]
+            / chosen["after_warmup"]["idle_sandbox_seconds"]
+        )
+        figures = {
+            "autoscaled_warm_share": aw["warm_share"],
+            "static_size": chosen["static"],
+            "static_warm_share": sw["warm_share"],
+            "static_reaches_autoscaled_share": (sw["warm_share"] or 0.0) >= goal,
+            "autoscaled_idle_sandbox_seconds": aw["idle_sandbox_seconds"],
+            "static_idle_sandbox_seconds": sw["idle_sandbox_seconds"],
+            "idle_ratio": round(ratio, 3),
+            "fewer_idle_percent": round((1 - ratio) * 100, 1),
+            "fewer_idle_percent_after_warmup": round((1 - ratio_later) * 100, 1),
+            "autoscaled_latency_ms": aw["latency_ms"],
+            "static_latency_ms": sw["latency_ms"],
+            "goal_met": (aw["warm_share"] or 0.0) >= WARM_GOAL and ratio <= 1 - SAVING_GOAL,
+        }
+        return {
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "trace": opts.trace.describe(),
+            "trace_params": opts.trace.__dict__,
+            "autoscaler": autoscaler_obj(opts)["spec"],
+            "controller_flags": "default (--extensions; autoscaler on, built-in settings)",
+            "warmup_bursts_excluded_in_after_warmup": opts.warmup_bursts,
+            "machine": machine,
+            "figures": figures,
+            "simulator": sim,
+            "autoscaled": auto,
+            "static_runs": static_runs,
+            "total_seconds": round(time.monotonic() - t_start, 1),
+        }
+    finally:
+        await b.close()
+        b.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--smoke", action="store_true", help="1 burst of 5 claims, seconds")
+    p.add_argument("--bursts", type=int, default=None)
+    p.add_argument("--size", type=int, default=None, help="claims per burst")
+    p.add_argument("--period", type=float, default=None)
+    p.add_argument("--jitter", type=float, default=None)
+    p.add_argument("--spread", type=float, default=None)
+    p.add_argument("--dwell", type=float, default=None)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--target", type=float, default=0.99, help="targetWarmShare")
+    p.add_argument("--min-replicas", type=int, default=1)
+    p.add_argument("--stabilization", type=float, default=15.0)
+    p.add_argument("--static", type=int, default=None, help="static size (skip the simulator)")
+    args = p.parse_args(argv)
+    base = (
+        TraceSpec(bursts=1, size=5, period=10, jitter=0, spread=2, dwell=3, first=3)
+        if args.smoke
+        else TraceSpec()
+    )
+    trace = replace(
+        base,
+        **{
+            k: v
+            for k, v in {
+                "bursts": args.bursts,
+                "size": args.size,
+                "period": args.period,
+                "jitter": args.jitter,
+                "spread": args.spread,
+                "dwell": args.dwell,
+            }.items()
+            if v is not None
+        },
+        seed=args.seed,
+    )
+    opts = Options(
+        trace=trace,
+        target=args.target,
+        min_replicas=args.min_replicas,
+        stabilization=args.stabilization,
+        warmup_bursts=0 if args.smoke else 2,
+        smoke=args.smoke,
+    )
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    static = args.static
+    try:
+        result = asyncio.run(main_async(opts, out, static))
+    except BenchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    (out / "autoscale_real.json").write_text(json.dumps(result, indent=1, default=str))
+    md = f"{result['trace']}\n\n" + md_table(result)
+    (out / "autoscale_real.md").write_text(md)
+    plot(result, out / "autoscale_real.png")
+    print(md)
+    print(f"wrote {out}/autoscale_real.{{json,md,png}} ({result['total_seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
