@@ -15,11 +15,14 @@ The trace (fixed seed): ``bursts`` bursts of ``size`` claims; burst ``k``'s mark
 **open loop** (a claim's POST starts at its scheduled time whatever the others do). Each claim is
 deleted ``dwell`` seconds after it was seen Ready. The same claim times are replayed in every run.
 
+0. **calibration**: the pool's slot time (a claim adopting a pool member -> its replacement
+   Ready) on this control plane, under one burst of the trace's shape against a pool that is never
+   drained.
 1. **autoscaled**: the pool starts at ``minReplicas``, a SandboxWarmPoolAutoscaler targets it.
 2. **the static size**: the simulator (``agentsandbox.sim``: the real ``plan()``) replays the exact
-   claim times with the create -> Ready times *measured in run 1* and searches the smallest static
-   size whose warm share reaches the warm share run 1 measured; the claim times are also written
-   as ``claims.csv`` (``python -m agentsandbox.sim --csv claims.csv`` replays them).
+   claim times with the slot times *measured in step 0* and searches the smallest static size
+   whose warm share reaches the warm share run 1 measured (after the warm-up); the claim times are
+   also written as ``claims.csv`` (``python -m agentsandbox.sim --csv claims.csv`` replays them).
 3. **static**: one run at that size; if it misses run 1's warm share, one more a size up.
 
 Measured by the client: one namespace-wide claim watch (latency = the Ready event minus the
@@ -279,6 +282,40 @@ def autoscaler_obj(opts: Options) -> dict[str, Any]:
     }
 
 
+async def calibrate(b: Bench, opts: Options) -> list[float]:
+    """The pool's slot time on this control plane under one burst of the trace's shape: a
+    static pool of ``size`` (never drained), ``size`` claims within ``spread`` seconds, each
+    adoption matched to the next replacement turning Ready (:meth:`Observer.slot_seconds`)."""
+    trace = opts.trace
+    await b.wait_namespaces_gone()
+    await b.check_healthy()
+    client = b.api
+    rng = random.Random(f"calibrate-{trace.seed}")
+    times = sorted(rng.uniform(0.0, trace.spread) for _ in range(trace.size))
+    with b.controller("calibrate", flags=()) as proc:
+        await proc.wait_ready()
+        async with b.namespace("as-calibrate") as ns, Observer(client, ns) as obs:
+            await client.create(SANDBOX_TEMPLATES, template("tpl"), ns)
+            await client.create(SANDBOX_WARM_POOLS, warm_pool(POOL, "tpl", trace.size), ns)
+            await wait_pool_status(client, ns, POOL, trace.size, 120)
+            await asyncio.sleep(1.0)
+            t0 = time.monotonic() + 0.1
+
+            async def send(i: int, at: float) -> None:
+                await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
+                await client.create(SANDBOX_CLAIMS, warm_claim(f"k-{i:04d}", POOL), ns)
+
+            await asyncio.gather(*(send(i, at) for i, at in enumerate(times)))
+            await wait_pool_status(client, ns, POOL, trace.size, 120)
+    samples = obs.slot_seconds()
+    print(
+        f"calibration: {len(samples)} slot times (adoption -> replacement Ready), mean "
+        f"{sum(samples) / max(1, len(samples)):.3f} s, p99 {percentile(samples, 99)} s",
+        flush=True,
+    )
+    return samples
+
+
 async def run_once(b: Bench, opts: Options, label: str, static: int | None) -> dict[str, Any]:
     """One run of the trace: autoscaled (``static`` None) or a static pool of ``static``."""
     trace = opts.trace
@@ -392,9 +429,12 @@ async def run_once(b: Bench, opts: Options, label: str, static: int | None) -> d
     return result
 
 
-def simulate_static(opts: Options, auto: dict[str, Any], out: Path) -> dict[str, Any]:
-    """The smallest static size reaching run 1's warm share on the same claim times, with the
-    create -> Ready times measured in run 1 (the simulator's real ``plan()``)."""
+def simulate_static(
+    opts: Options, auto: dict[str, Any], slot: list[float], out: Path
+) -> dict[str, Any]:
+    """The smallest static size reaching run 1's warm share (after the warm-up) on the same
+    claim times, with the slot time measured by :func:`calibrate` (the simulator's real
+    ``plan()``); the simulator's own ``local`` samples (from P1) beside."""
     from agentsandbox.sim import latency as lat
     from agentsandbox.sim.compare import compare
     from agentsandbox.sim.engine import Config
@@ -417,9 +457,9 @@ def simulate_static(opts: Options, auto: dict[str, Any], out: Path) -> dict[str,
         opts.trace.describe(),
     )
     assert len(replay.arrivals) == len(trace.arrivals)
-    # the slot time (adoption -> replacement Ready) measured in run 1 (create -> Ready alone
-    # misses the controller's reaction to the adoption)
-    samples = tuple(auto["slot_seconds"]) or lat.LOCAL.samples
+    # the slot time (adoption -> replacement Ready; create -> Ready alone misses the
+    # controller's reaction to the adoption), measured under a burst of the trace's shape
+    samples = tuple(slot) or lat.LOCAL.samples
     measured = lat.Empirical("measured here", samples)
     policy = Policy(
         min_replicas=opts.min_replicas,
@@ -533,10 +573,13 @@ async def main_async(opts: Options, out: Path, static: int | None) -> dict[str, 
         await b.connect()
         await b.check_healthy()
         machine = machine_facts(b.cluster)
+        # --smoke: no calibration (its seconds); the slot times seen in the autoscaled run
+        slot = [] if opts.smoke else await calibrate(b, opts)
         auto = await run_once(b, opts, "autoscaled", None)
+        slot = slot or auto["slot_seconds"]
         sim: dict[str, Any] = {}
         if static is None:
-            sim = await asyncio.to_thread(simulate_static, opts, auto, out)
+            sim = await asyncio.to_thread(simulate_static, opts, auto, slot, out)
             static = sim["measured here"]["static_size"] or 1
         goal = auto["after_warmup"]["warm_share"] or 0.0
         static_runs = [await run_once(b, opts, f"static-{static}", static)]
@@ -574,6 +617,7 @@ async def main_async(opts: Options, out: Path, static: int | None) -> dict[str, 
             "machine": machine,
             "figures": figures,
             "simulator": sim,
+            "calibration_slot_seconds": sorted(round(x, 4) for x in slot),
             "autoscaled": auto,
             "static_runs": static_runs,
             "total_seconds": round(time.monotonic() - t_start, 1),
