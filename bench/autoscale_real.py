@@ -23,7 +23,8 @@ deleted ``dwell`` seconds after it was seen Ready. The same claim times are repl
    claim times with the slot times *measured in step 0* and searches the smallest static size
    whose warm share reaches the warm share run 1 measured (after the warm-up); the claim times are
    also written as ``claims.csv`` (``python -m agentsandbox.sim --csv claims.csv`` replays them).
-3. **static**: one run at that size; if it misses run 1's warm share, one more a size up.
+3. **static**: one run at that size; if it misses run 1's warm share, one more a size up, if it
+   reaches it, one more a size down; the smallest run that reaches it is the static pool compared.
 
 Measured by the client: one namespace-wide claim watch (latency = the Ready event minus the
 claim's scheduled send time), one sandbox watch and one pool watch:
@@ -525,6 +526,19 @@ def md_table(result: dict[str, Any]) -> str:
         f"Goal (after the warm-up: ≥ 97 % warm, ≥ 15 % fewer idle sandbox-seconds): "
         f"**{'met' if f['goal_met'] else 'not met'}**."
     )
+    sim = result.get("simulator") or {}
+    for name in ("measured here", "local"):
+        got = sim.get(name)
+        if got:
+            lines.append("")
+            lines.append(
+                f"Simulator ({name} slot times, {got['refill_samples']} samples, mean "
+                f"{got['refill_mean_s']} s), target {sim['target_warm_share'] * 100:.1f} % after "
+                f"the warm-up: smallest static {got['static_size']} (tried "
+                f"{', '.join(f'{k} -> {v * 100:.1f} %' for k, v in got['sizes_tried'].items())});"
+                f" its autoscaled pool {got['autoscaled_warm_share'] * 100:.1f} % warm, idle "
+                f"{got['autoscaled_idle']:.0f} vs static {got['static_idle'] or 0:.0f}."
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -545,6 +559,7 @@ def plot(result: dict[str, Any], png: Path) -> None:
         ax.step(t, [x[2] for x in s], where="post", label="pool sandboxes (idle)")
         ax.step(t, [x[3] for x in s], where="post", label="Ready pool sandboxes", alpha=0.7)
         ax.set_ylabel("sandboxes")
+        ax.set_ylim(bottom=0)
         twin = ax.twinx()
         times = r["claim_times"]
         if times:
@@ -583,9 +598,19 @@ async def main_async(opts: Options, out: Path, static: int | None) -> dict[str, 
             static = sim["measured here"]["static_size"] or 1
         goal = auto["after_warmup"]["warm_share"] or 0.0
         static_runs = [await run_once(b, opts, f"static-{static}", static)]
-        if (static_runs[-1]["after_warmup"]["warm_share"] or 0.0) < goal and not opts.smoke:
-            static_runs.append(await run_once(b, opts, f"static-{static + 1}", static + 1))
-        chosen = static_runs[-1]
+
+        def reaches(r: dict[str, Any]) -> bool:
+            return (r["after_warmup"]["warm_share"] or 0.0) >= goal
+
+        if not opts.smoke:
+            # the simulator's size checked on the cluster: missed -> one size up; reached -> one
+            # size down (is it the smallest?)
+            other = static + (1 if not reaches(static_runs[0]) else -1)
+            if other >= 1:
+                static_runs.append(await run_once(b, opts, f"static-{other}", other))
+            static_runs.sort(key=lambda r: int(r["static"]))
+        good = [r for r in static_runs if reaches(r)]
+        chosen = good[0] if good else static_runs[-1]
         aw, sw = auto["after_warmup"], chosen["after_warmup"]
         ratio = aw["idle_sandbox_seconds"] / sw["idle_sandbox_seconds"]
         ratio_whole = (
