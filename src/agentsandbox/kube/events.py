@@ -293,8 +293,15 @@ class EventBroadcaster:
         EVENTS_WRITTEN.labels("create").inc()
         self._cache[key] = _Series(created["metadata"]["name"], namespace, count, now)
         self._cache.move_to_end(key)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        # least recently seen first: drop what is past the series window (a repeat would start a
+        # new Event anyway; client-go's finishSeries), then anything over the size bound. Without
+        # the first, a busy controller held 4096 dead series (soak: RSS +2 MB / 10 min)
+        cache = self._cache
+        while cache:
+            oldest = next(iter(cache.values()))
+            if now - oldest.last_seen <= self._series_window and len(cache) <= self._cache_size:
+                break
+            cache.popitem(last=False)
 
     def _failed(self, pending: _Pending, err: KubeError) -> None:
         self.dropped += 1
