@@ -8,17 +8,14 @@ disk before its answer).
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
-from agentsandbox.devcluster import BinariesError, ClusterStartError, DevCluster
+from agentsandbox.devcluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.config import load_kubeconfig
-from tests.integration.conftest import _crd_paths, cluster, kubeconfig, namespace
+from tests.integration.conftest import cluster, kubeconfig, namespace, started_cluster
 
 __all__ = ["cluster", "kubeconfig", "namespace"]
 
@@ -42,25 +39,10 @@ async def client(kubeconfig: str) -> AsyncIterator[Client]:
 @pytest.fixture(scope="module")
 def private_cluster() -> Iterator[DevCluster]:
     """A control plane of this module's own (4 kwok nodes), so kube-apiserver may be killed."""
-    workdir = Path(tempfile.mkdtemp(prefix="agentsandbox-faults-"))
-    cl = DevCluster(
-        workdir,
+    with started_cluster(
+        "agentsandbox-faults-",
         nodes=4,
-        crd_paths=_crd_paths(),
         audit=True,
         apiserver_args=("--audit-log-mode=blocking",),  # nothing answered is lost by a kill
-    )
-    try:
-        cl.start()
-    except (ClusterStartError, BinariesError) as err:
-        pytest.fail(f"could not start a private control plane: {err}", pytrace=False)
-    failed = False
-    try:
+    ) as cl:
         yield cl
-    except BaseException:
-        failed = True
-        raise
-    finally:
-        cl.stop(keep_logs=True)
-        if not failed:
-            shutil.rmtree(workdir, ignore_errors=True)

@@ -7,12 +7,14 @@ Set AGENTSANDBOX_CLUSTER_DIR=.cluster to reuse a cluster started by ``make clust
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,17 +38,13 @@ def _crd_paths() -> list[Path]:
     return [p for p in paths if p.is_dir()]
 
 
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[DevCluster]:
-    reuse = os.environ.get("AGENTSANDBOX_CLUSTER_DIR")
-    if reuse:
-        attached = DevCluster.attach(Path(reuse))
-        if attached is None or not attached.healthy():
-            pytest.fail(f"AGENTSANDBOX_CLUSTER_DIR={reuse}: no healthy cluster there")
-        yield attached
-        return
-    workdir = Path(tempfile.mkdtemp(prefix="agentsandbox-test-cluster-"))
-    cl = DevCluster(workdir, nodes=10, crd_paths=_crd_paths())
+@contextlib.contextmanager
+def started_cluster(prefix: str, **options: Any) -> Iterator[DevCluster]:
+    """A control plane of its own in a fresh directory (``DevCluster`` options), started, stopped
+    by PID afterwards; its directory (logs) is kept only when the code inside failed. A start
+    that fails FAILS the test (never a skip)."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    cl = DevCluster(workdir, crd_paths=_crd_paths(), **options)
     try:
         cl.start()
     except (ClusterStartError, BinariesError) as err:
@@ -61,6 +59,19 @@ def cluster() -> Iterator[DevCluster]:
         cl.stop(keep_logs=True)
         if not failed:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[DevCluster]:
+    reuse = os.environ.get("AGENTSANDBOX_CLUSTER_DIR")
+    if reuse:
+        attached = DevCluster.attach(Path(reuse))
+        if attached is None or not attached.healthy():
+            pytest.fail(f"AGENTSANDBOX_CLUSTER_DIR={reuse}: no healthy cluster there")
+        yield attached
+        return
+    with started_cluster("agentsandbox-test-cluster-", nodes=10) as cl:
+        yield cl
 
 
 @pytest.fixture
