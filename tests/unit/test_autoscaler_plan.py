@@ -199,9 +199,34 @@ def test_regular_bursts_grow_the_pool_before_the_next_and_shrink_it_between() ->
         # well between two bursts the pool is small again
         between = at(start - 200)
         assert between.replicas < 10, (start, between)
-    # during a burst the headroom is handed back as its claims arrive
+    # a 60 s refill outlasts the 20 s burst (no replacement can serve it): the headroom is
+    # handed back as its claims arrive
     during = [d.burst_headroom for s, d in log if 1200 <= s <= 1220]
     assert during == sorted(during, reverse=True) and during[-1] < during[0]
+
+
+def test_a_burst_keeps_its_headroom_while_its_claims_are_still_arriving() -> None:
+    """Fast refills (0.5 s) and 40-claim bursts 6 s long every 40 s, decisions every second:
+    as the burst's claims are seen the pool is not shrunk (a claim seen is not yet adopted, and
+    a smaller pool would delete the Ready members the rest of the burst needs); the headroom
+    goes only after the burst's expected end."""
+    starts = [20.0 + 40.0 * k for k in range(6)]
+    arrivals = sorted(s + 6.0 * (i + 0.5) / 40 for s in starts for i in range(40))
+    policy = Policy(1, 200, 0.99, scale_down_window=15.0)
+    memory, current, t = Memory(), 1, 0.0
+    log: list[tuple[float, Decision]] = []
+    while t <= 260.0:
+        window = [a for a in arrivals if a <= t]
+        d = decide(Observation(t, window, [0.5] * 50, current), policy, memory)
+        log.append((t, d))
+        current, t = d.replicas, t + 1.0
+    last = starts[-1]
+    # grown before the burst, and never smaller while its claims arrive
+    inside = [d.replicas for s, d in log if last - 1.0 <= s <= last + 6.0]
+    assert inside[0] > 5, log
+    assert inside == sorted(inside), inside
+    # back down once it is over
+    assert next(d for s, d in log if s == last + 25.0).replicas < inside[-1]
 
 
 def test_irregular_bursts_hold_the_headroom() -> None:

@@ -18,9 +18,11 @@ are remembered across decisions (:class:`Memory`). From them the decision learns
   burst, sized by Erlang-B (``min(S, servers(S·min(1, T/D)))``: for a refill longer than the
   burst that is the whole burst ``S``; for a fast refill a handful);
 - **when** the next burst comes, if bursts recur regularly (gaps within a factor of 2 of each
-  other): the pool grows by that headroom ``lead`` seconds before the earliest expected start and
-  gives it back as the burst is served (the remaining claims of the burst, not more), so no
-  replacement is made that would only sit idle until the next burst. The lead comes from the
+  other): the pool grows by that headroom ``lead`` seconds before the earliest expected start.
+  While a replacement made now would be Ready before the burst's expected end (its start + the
+  longest burst seen + the decision margin) the headroom is a rolling buffer and held whole;
+  after that it shrinks to the claims still to come, so replacements that cannot serve this
+  burst do not sit idle until the next one. The lead comes from the
   measured refill times and the burst's length (:func:`lead_time`: the claims late in a burst
   can wait for the slower creates) plus the decision cadence;
 - for bursts that do not recur regularly the headroom is held all the time (nothing to predict).
@@ -409,6 +411,20 @@ def _burst_headroom(
         if done:
             size = max(b.size for b in done)
             duration = max(b.end - b.start for b in done)
+            expected_end = ongoing.start + duration + margin
+            if now + refill < expected_end:
+                # a replacement made now is Ready before the burst should be over: the headroom
+                # is a rolling buffer, held whole (a claim seen is not yet a claim served — the
+                # adoption lags — and a smaller pool deletes not-Ready replacements first, then
+                # the newest Ready members, which the burst's claims still to come need).
+                # Otherwise replacements cannot serve this burst and the headroom shrinks to
+                # the claims still to come.
+                return (
+                    need(size, duration),
+                    f"burst under way: {seen} of ~{size} claims seen, "
+                    f"held until t+{expected_end - now:.0f}s",
+                    None,
+                )
             remaining = max(0, size - seen)
             return (
                 min(need(size, duration), remaining),
@@ -428,9 +444,15 @@ def _burst_headroom(
     gmin, gmax = min(gaps), max(gaps)
     if gmax > 2 * gmin:
         return headroom, f"bursts of up to {size} at irregular gaps: held", None
-    # the shortest gap seen, less a quarter of the spread (a few samples rarely hold the true
-    # minimum) and a bin (episodes start at bin granularity)
-    earliest = starts[-1] + gmin - 0.25 * (gmax - gmin) - policy.burst_bin
+    # the shortest gap seen, less a slack (a few samples rarely hold the true minimum) and a
+    # bin (episodes start at bin granularity). The slack: for n gaps spread uniformly the
+    # smallest lies about range/(n-1) above the true minimum; never less than a quarter of the
+    # range; from a single gap (no spread known yet) a quarter of that gap.
+    if len(gaps) == 1:
+        slack = 0.25 * gmin
+    else:
+        slack = max(0.25, 1.0 / (len(gaps) - 1)) * (gmax - gmin)
+    earliest = starts[-1] + gmin - slack - policy.burst_bin
     lead = margin + lead_time(memory.refill_sorted, duration, target)
     if now > starts[-1] + 2 * gmax:
         return 0, f"bursts every ~{gmin:.0f}-{gmax:.0f}s stopped", None
