@@ -448,10 +448,8 @@ def _burst_headroom(
     # bin (episodes start at bin granularity). The slack: for n gaps spread uniformly the
     # smallest lies about range/(n-1) above the true minimum; never less than a quarter of the
     # range; from a single gap (no spread known yet) a quarter of that gap.
-    if len(gaps) == 1:
-        slack = 0.25 * gmin
-    else:
-        slack = max(0.25, 1.0 / (len(gaps) - 1)) * (gmax - gmin)
+    n = len(gaps)
+    slack = 0.25 * gmin if n == 1 else max(0.25, 1.0 / (n - 1)) * (gmax - gmin)
     earliest = starts[-1] + gmin - slack - policy.burst_bin
     lead = margin + lead_time(memory.refill_sorted, duration, target)
     if now > starts[-1] + 2 * gmax:
