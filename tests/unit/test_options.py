@@ -88,6 +88,10 @@ NO_EFFECT_FLAGS: dict[str, tuple[str, object]] = {
 # Ours only (not upstream's): the SandboxWarmPoolAutoscaler controller (docs/autoscaling.md).
 OURS_ONLY_FLAGS: dict[str, tuple[str, object]] = {
     "enable-warm-pool-autoscaler": ("bool", True),
+    # its settings (tests/unit/test_autoscaler_flags.py): durations, seconds
+    "warm-pool-autoscaler-sync-period": ("duration", 5.0),
+    "warm-pool-autoscaler-rate-window": ("duration", 600.0),  # 10m
+    "warm-pool-autoscaler-burst-bin": ("duration", 10.0),
 }
 
 

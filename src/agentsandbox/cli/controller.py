@@ -215,7 +215,14 @@ def register_controllers(mgr: Manager, opts: Options, *, autoscaler: bool = Fals
         if autoscaler and opts.enable_warm_pool_autoscaler:
             from agentsandbox.controllers import autoscaler as warm_pool_autoscaler
 
-            warm_pool_autoscaler.setup(mgr)
+            warm_pool_autoscaler.setup(
+                mgr,
+                warm_pool_autoscaler.Settings(
+                    sync_period=opts.warm_pool_autoscaler_sync_period,
+                    rate_window=opts.warm_pool_autoscaler_rate_window,
+                    burst_bin=opts.warm_pool_autoscaler_burst_bin,
+                ),
+            )
 
 
 def start_tracing() -> bool:

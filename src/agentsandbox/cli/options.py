@@ -118,6 +118,24 @@ def build_flagset() -> FlagSet:
         "it sizes warm pools through their /scale subresource. Skipped, with a log line, when "
         "its CRD (autoscaling.agentsandbox.dev) is not installed",
     )
+    fs.add_duration(
+        "warm-pool-autoscaler-sync-period",
+        5.0,
+        "How often each SandboxWarmPoolAutoscaler is re-evaluated when nothing happens (only "
+        "with --extensions and --enable-warm-pool-autoscaler)",
+    )
+    fs.add_duration(
+        "warm-pool-autoscaler-rate-window",
+        600.0,
+        "How much claim-arrival and refill-time history each SandboxWarmPoolAutoscaler measures "
+        "rates over (only with --extensions and --enable-warm-pool-autoscaler)",
+    )
+    fs.add_duration(
+        "warm-pool-autoscaler-burst-bin",
+        10.0,
+        "The width of the bins a SandboxWarmPoolAutoscaler counts claim arrivals in to detect "
+        "bursts (only with --extensions and --enable-warm-pool-autoscaler)",
+    )
     fs.add_bool("enable-webhook", True, "Run the webhook server (no effect: no webhook here)")
     fs.add_bool("manage-webhook-certs", True, "Manage the webhook serving certificates (no effect)")
     fs.add_int("webhook-port", 9443, "Webhook server port (no effect)")
@@ -180,6 +198,9 @@ class Options:
     sandbox_warm_pool_max_refill_rate: float
     enable_warm_pool_eviction: bool
     enable_warm_pool_autoscaler: bool
+    warm_pool_autoscaler_sync_period: float
+    warm_pool_autoscaler_rate_window: float
+    warm_pool_autoscaler_burst_bin: float
     disable_claim_events: bool
     disable_claim_observability_annotations: bool
     kubeconfig: str
@@ -218,6 +239,9 @@ class Options:
             sandbox_warm_pool_max_refill_rate=v("sandbox-warm-pool-max-refill-rate"),
             enable_warm_pool_eviction=v("enable-warm-pool-eviction"),
             enable_warm_pool_autoscaler=v("enable-warm-pool-autoscaler"),
+            warm_pool_autoscaler_sync_period=v("warm-pool-autoscaler-sync-period"),
+            warm_pool_autoscaler_rate_window=v("warm-pool-autoscaler-rate-window"),
+            warm_pool_autoscaler_burst_bin=v("warm-pool-autoscaler-burst-bin"),
             disable_claim_events=v("disable-claim-events"),
             disable_claim_observability_annotations=v("disable-claim-observability-annotations"),
             kubeconfig=v("kubeconfig"),
@@ -250,6 +274,9 @@ class Options:
                 "sandbox-warm-pool-unschedulable-recheck-interval",
                 self.sandbox_warm_pool_unschedulable_recheck_interval,
             ),
+            ("warm-pool-autoscaler-sync-period", self.warm_pool_autoscaler_sync_period),
+            ("warm-pool-autoscaler-rate-window", self.warm_pool_autoscaler_rate_window),
+            ("warm-pool-autoscaler-burst-bin", self.warm_pool_autoscaler_burst_bin),
         ):
             if seconds <= 0:
                 out.append(f"--{flag} must be a positive duration")

@@ -93,12 +93,15 @@ MAX_REFILL_SAMPLES = 500
 
 @dataclass(frozen=True)
 class Settings:
-    """Controller settings (not flags: tests shorten them in-process)."""
+    """Controller settings. The defaults are the flags' (``register_controllers`` builds these
+    from them): ``sync_period`` is ``--warm-pool-autoscaler-sync-period``, ``rate_window``
+    ``--warm-pool-autoscaler-rate-window`` and ``burst_bin`` ``--warm-pool-autoscaler-burst-bin``;
+    ``min_interval`` is not a flag. Tests shorten them in-process."""
 
     sync_period: float = 5.0  # seconds between passes when nothing happens
     min_interval: float = 1.0  # events within this long of a pass are served by one later pass
     rate_window: float = 600.0  # seconds of arrivals and refill samples kept (Policy.rate_window)
-    burst_bin: float | None = None  # Policy.burst_bin (None: its default)
+    burst_bin: float | None = 10.0  # Policy.burst_bin (None: Policy's default, also 10 s)
 
 
 @dataclass
