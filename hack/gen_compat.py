@@ -123,6 +123,9 @@ FLAG_NOTES: dict[str, str] = {
     "sandbox-write-behind-window": "not implemented: metadata writes are synchronous (upstream 0)",
     "enable-warm-pool-eviction": "HEAD's default: the flag has no seed default (see Decisions)",
     "enable-warm-pool-autoscaler": "ours: SandboxWarmPoolAutoscaler (docs/autoscaler-object.md)",
+    "warm-pool-autoscaler-sync-period": "ours: autoscaler setting (docs/autoscaler-object.md)",
+    "warm-pool-autoscaler-rate-window": "ours: autoscaler setting (docs/autoscaler-object.md)",
+    "warm-pool-autoscaler-burst-bin": "ours: autoscaler setting (docs/autoscaler-object.md)",
 }
 
 # ---------------------------------------------------------------------------- upstream: keys

@@ -111,6 +111,13 @@ def test_go_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
 
 
+@pytest.mark.parametrize("text", ["", "+", "-", "5", "1x", "s"])
+def test_bad_go_durations_are_a_value_error(text: str) -> None:
+    """Go's time.ParseDuration refuses these; an empty value once raised IndexError."""
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(text)
+
+
 @pytest.mark.parametrize(
     ("text", "value"),
     [("10", 10), ("0x10", 16), ("010", 8), ("-3", -3), ("1_000", 1000), ("0b11", 3)],

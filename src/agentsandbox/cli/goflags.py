@@ -85,7 +85,7 @@ def parse_duration(text: str) -> float:
     """A Go duration string in seconds (``time.ParseDuration``)."""
     s = text
     sign = 1.0
-    if s[:1] in "+-":
+    if s and s[0] in "+-":
         sign = -1.0 if s[0] == "-" else 1.0
         s = s[1:]
     if s == "0":
