@@ -403,6 +403,29 @@ async def run_once(b: Bench, opts: Options, label: str, static: int | None) -> d
 
     every = list(range(len(times)))
     later = [i for i in every if times[i] >= warm_from]
+    # per burst (claims more than half a period apart start a new one): where the cold claims are
+    groups: list[list[int]] = []
+    for i in every:
+        if not groups or times[i] - times[groups[-1][-1]] > trace.period / 2:
+            groups.append([])
+        groups[-1].append(i)
+    per_burst = []
+    for g in groups:
+        sbs = [obs.claim_sandbox.get(names[i]) for i in g]
+        per_burst.append(
+            {
+                "first_claim": round(times[g[0]], 2),
+                "last_claim": round(times[g[-1]], 2),
+                "claims": len(g),
+                "warm": sum(1 for sb in sbs if sb and obs.adopted_ready.get(sb)),
+                "from_pool": sum(1 for sb in sbs if sb and sb in obs.adopted_ready),
+                "cold_at": [
+                    round(times[i], 2)
+                    for i, sb in zip(g, sbs, strict=True)
+                    if not (sb and obs.adopted_ready.get(sb))
+                ],
+            }
+        )
     result = {
         "label": label,
         "static": static,
@@ -411,6 +434,7 @@ async def run_once(b: Bench, opts: Options, label: str, static: int | None) -> d
         "measured_from": round(warm_from, 1),
         "whole": figures(every, 0.0, end),
         "after_warmup": figures(later, warm_from, end),
+        "per_burst": per_burst,
         "refill_seconds": sorted(round(x, 4) for x in obs.refill),
         "slot_seconds": sorted(round(x, 4) for x in obs.slot_seconds()),
         "series": obs.series,
@@ -425,6 +449,11 @@ async def run_once(b: Bench, opts: Options, label: str, static: int | None) -> d
         f"{w['idle_sandbox_seconds']} sandbox-s (mean pool {w['mean_pool']}), after warm-up warm "
         f"{result['after_warmup']['warm_share']} idle "
         f"{result['after_warmup']['idle_sandbox_seconds']}; {runtime:.0f} s",
+        flush=True,
+    )
+    print(
+        f"{label} per burst (warm/claims): "
+        + ", ".join(f"{b['warm']}/{b['claims']}" for b in per_burst),
         flush=True,
     )
     return result
@@ -514,6 +543,14 @@ def md_table(result: dict[str, Any]) -> str:
                 f" | **{w['idle_sandbox_seconds']:.0f}** | {w['mean_pool']} | "
                 f"{r['runtime_seconds']:.0f} s |"
             )
+    lines.append("")
+    for r in runs:
+        name = "autoscaled" if r["static"] is None else f"static {r['static']}"
+        bursts = r.get("per_burst") or []
+        lines.append(
+            f"- per burst, warm / claims, {name}: "
+            + ", ".join(f"{b['warm']}/{b['claims']}" for b in bursts)
+        )
     f = result["figures"]
     lines.append("")
     lines.append(
