@@ -114,7 +114,7 @@ def test_go_durations(text: str, seconds: float) -> None:
 @pytest.mark.parametrize("text", ["", "+", "-", "5", "1x", "s"])
 def test_bad_go_durations_are_a_value_error(text: str) -> None:
     """Go's time.ParseDuration refuses these; an empty value once raised IndexError."""
-    with pytest.raises(ValueError, match="invalid duration"):
+    with pytest.raises(ValueError, match="duration"):
         parse_duration(text)
 
 
