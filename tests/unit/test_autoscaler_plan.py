@@ -227,6 +227,10 @@ def test_a_burst_keeps_its_headroom_while_its_claims_are_still_arriving() -> Non
     assert inside == sorted(inside), inside
     # back down once it is over
     assert next(d for s, d in log if s == last + 25.0).replicas < inside[-1]
+    # every claim is in a burst: the message says so instead of "cold share 100% at 0"
+    quiet = next(d for s, d in log if s == last - 1.0)
+    assert "no claims outside bursts" in quiet.message and "100.00%" not in quiet.message
+    assert "create -> Ready mean 0.5s (p99 0.5s) + 0.1s" in quiet.message
 
 
 def test_irregular_bursts_hold_the_headroom() -> None:

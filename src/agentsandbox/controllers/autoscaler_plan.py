@@ -311,11 +311,19 @@ def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         decay = math.exp(-cadence / policy.warm_share_horizon)
         memory.claims_seen = memory.claims_seen * decay + base_rate * cadence
         memory.cold_seen = memory.cold_seen * decay + base_rate * cadence * (1.0 - predicted)
-    parts = [
-        f"claims {rate:.3g}/s ({base_rate:.3g}/s outside bursts), mean refill {refill:.3g}s "
-        f"(p99 {memory.refill_p99:.3g}s): offered load {load:.3g}, "
-        f"Erlang-B cold share {cold:.2%} at {min(base, hi)} for a {target:.2%} target"
-    ]
+    # the measured create -> Ready (mean, p99) and the overhead the slot adds to it
+    timing = (
+        f"create -> Ready mean {memory.refill_mean:.3g}s (p99 {memory.refill_p99:.3g}s) "
+        f"+ {policy.refill_overhead:g}s"
+    )
+    if load > 0:
+        sizing = (
+            f"offered load {load:.3g}, Erlang-B cold share {cold:.2%} at {min(base, hi)} "
+            f"for a {target:.2%} target"
+        )
+    else:
+        sizing = "no claims outside bursts: no base size needed"
+    parts = [f"claims {rate:.3g}/s ({base_rate:.3g}/s outside bursts), {timing}: {sizing}"]
     if headroom:
         parts.append(f"burst headroom {headroom} ({why})")
     elif why:
