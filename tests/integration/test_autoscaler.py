@@ -293,8 +293,43 @@ async def test_another_writer_is_reported_not_fought_and_deleting_leaves_the_las
         assert not pool["metadata"].get("ownerReferences")
 
 
-async def _get_if(client: Client, ns: str, pred: Any) -> dict[str, Any] | None:
-    obj = await client.get(SANDBOX_WARM_POOL_AUTOSCALERS, "auto", ns)
+async def test_two_autoscalers_of_one_pool_stand_back_until_one_is_left(
+    client: Client, namespace: str
+) -> None:
+    """Both report AmbiguousTarget and neither writes /scale; deleting one lets the other scale
+    (within one sync period, 0.5 s here)."""
+    ns = namespace
+    await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), ns)
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 1), ns)
+    for name, low in (("auto", 2), ("rival", 4)):
+        await client.create(
+            SANDBOX_WARM_POOL_AUTOSCALERS,
+            autoscaler_obj(name, "pool", minReplicas=low, maxReplicas=10, targetWarmShare=0.95),
+            ns,
+        )
+    async with controllers(client):
+        for name in ("auto", "rival"):
+            got = await poll(
+                lambda name=name: _get_if(
+                    client,
+                    ns,
+                    lambda a: condition(a, "ScalingActive").get("reason") == "AmbiguousTarget",
+                    name,
+                ),
+                10,
+                f"{name}: AmbiguousTarget",
+            )
+            assert condition(got, "AbleToScale")["status"] == "False"
+            assert "auto, rival" in condition(got, "ScalingActive")["message"]
+        await poll(lambda: _reasons_if(client, ns, {"AmbiguousTarget"}), 5, "a Warning Event")
+        await asyncio.sleep(1.5)  # three sync periods: nobody wrote
+        assert await replicas(client, ns, "pool") == 1
+        await client.delete(SANDBOX_WARM_POOL_AUTOSCALERS, "rival", ns)
+        await poll(lambda: _replicas_are(client, ns, 2), 10, "the last one scaling to its min 2")
+
+
+async def _get_if(client: Client, ns: str, pred: Any, name: str = "auto") -> dict[str, Any] | None:
+    obj = await client.get(SANDBOX_WARM_POOL_AUTOSCALERS, name, ns)
     return obj if pred(obj) else None
 
 

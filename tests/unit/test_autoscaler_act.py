@@ -360,6 +360,35 @@ async def test_another_writer_is_reported_and_not_fought() -> None:
     assert [e[1] for e in recorder.events] == ["ConflictingWriter", "SuccessfulRescale"]
 
 
+async def test_two_autoscalers_of_one_pool_both_stand_back_until_one_is_left() -> None:
+    """As an HPA with an ambiguous selector: neither writes /scale while two target the pool;
+    each reports AmbiguousTarget (one Warning Event, not one per pass); deleting the other lets
+    the last one scale again on its next pass."""
+    api = FakeScaleApi(replicas=1)
+    rec, informer, recorder, clock = setup_reconciler(api, autoscaler_obj())
+    rival = autoscaler_obj()
+    rival["metadata"].update(name="rival", uid="r-uid")
+    informer.put(rival)
+    for _ in range(2):
+        await rec.reconcile(Request(NS, "auto"))
+        refresh(informer, api)
+        clock.now += 5
+    assert api.pool["spec"]["replicas"] == 1
+    assert not [c for c in api.writes() if c[1].endswith("/scale")]
+    status = api.autoscaler["status"]  # type: ignore[index]
+    for type_ in ("Ready", "AbleToScale", "ScalingActive"):
+        cond = next(c for c in status["conditions"] if c["type"] == type_)
+        assert (cond["status"], cond["reason"]) == ("False", "AmbiguousTarget"), cond
+    assert "auto, rival" in cond["message"]
+    assert [e[:2] for e in recorder.events] == [("Warning", "AmbiguousTarget")]
+    # a rival being deleted no longer counts; gone, the last one scales
+    rival["metadata"]["deletionTimestamp"] = "2027-01-01T00:00:00Z"
+    informer.put(rival)
+    await rec.reconcile(Request(NS, "auto"))
+    assert api.pool["spec"]["replicas"] == 3
+    assert [e[1] for e in recorder.events] == ["AmbiguousTarget", "SuccessfulRescale"]
+
+
 async def test_a_deleted_autoscaler_writes_nothing() -> None:
     api = FakeScaleApi(replicas=2)
     rec, informer, _, _ = setup_reconciler(api, autoscaler_obj())

@@ -38,12 +38,14 @@ REASON_FAILED_GET_SCALE = "FailedGetScale"
 REASON_FAILED_UPDATE_SCALE = "FailedUpdateScale"
 REASON_INVALID_TARGET = "InvalidTarget"
 REASON_UNSUPPORTED_TARGET = "UnsupportedTarget"
+REASON_AMBIGUOUS_TARGET = "AmbiguousTarget"
 
 EVENT_SUCCESSFUL_RESCALE = "SuccessfulRescale"
 EVENT_CONFLICTING_WRITER = "ConflictingWriter"
 EVENT_SCALING_RESUMED = "ScalingResumed"
 EVENT_FAILED_GET_SCALE = "FailedGetScale"
 EVENT_FAILED_RESCALE = "FailedRescale"
+EVENT_AMBIGUOUS_TARGET = "AmbiguousTarget"
 
 _REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 
