@@ -8,16 +8,14 @@ disk before its answer).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from agentsandbox.devcluster import DevCluster
-from agentsandbox.kube.client import Client
-from agentsandbox.kube.config import load_kubeconfig
-from tests.integration.conftest import cluster, kubeconfig, namespace, started_cluster
+from tests.integration.conftest import client, cluster, kubeconfig, namespace, started_cluster
 
-__all__ = ["cluster", "kubeconfig", "namespace"]
+__all__ = ["client", "cluster", "kubeconfig", "namespace"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -25,15 +23,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "tests/faults" in str(item.fspath):
             item.add_marker(pytest.mark.faults)
             item.add_marker(pytest.mark.integration)
-
-
-@pytest.fixture
-async def client(kubeconfig: str) -> AsyncIterator[Client]:
-    c = Client(await load_kubeconfig(kubeconfig), qps=0, pool_size=100)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import pytest
 
 from agentsandbox.devcluster import BinariesError, ClusterStartError, DevCluster
 from agentsandbox.devcluster.binaries import repo_root
+from agentsandbox.kube.client import Client
 
 TESTDATA = Path(__file__).parent / "testdata"
 
@@ -86,3 +87,10 @@ def namespace(cluster: DevCluster) -> Iterator[str]:
 @pytest.fixture
 def kubeconfig(cluster: DevCluster) -> str:
     return str(cluster.kubeconfig)
+
+
+@pytest.fixture
+async def client(kubeconfig: str) -> AsyncIterator[Client]:
+    """A client of the session's control plane, unthrottled (qps 0), default pool size (100)."""
+    async with Client.from_kubeconfig(kubeconfig, qps=0) as c:
+        yield c

@@ -33,7 +33,6 @@ from agentsandbox.controllers.autoscaler import Settings as AutoscalerSettings
 from agentsandbox.controllers.autoscaler_act import CONFLICT, SCALED, ScaleWriter
 from agentsandbox.controllers.warmpool_plan import Settings
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.config import load_kubeconfig
 from agentsandbox.kube.errors import ApiError
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import Resource
@@ -44,15 +43,6 @@ from .test_warmpool import pool_obj, template_obj
 EVENTS = Resource("events.k8s.io", "v1", "events", "Event")
 #: passes every 0.5 s, rates over the last 6 s (the defaults are 5 s and 10 min)
 FAST = AutoscalerSettings(sync_period=0.5, min_interval=0.2, rate_window=6.0, burst_bin=2.0)
-
-
-@pytest.fixture
-async def client(kubeconfig: str) -> AsyncIterator[Client]:
-    c = Client(await load_kubeconfig(kubeconfig), qps=0, pool_size=100)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 @contextlib.asynccontextmanager

@@ -25,7 +25,6 @@ from agentsandbox.kube.resources import PODS, Resource
 
 from .test_claims import claim_obj, controllers, ready_reason, wait_claims_ready
 from .test_warmpool import (
-    client,  # noqa: F401  (fixture)
     pool_obj,
     pool_sandboxes,
     template_obj,
@@ -41,7 +40,7 @@ def in_seconds(seconds: float) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def gone(client: Client, resource: Resource, name: str, ns: str, within: float) -> bool:  # noqa: F811
+async def gone(client: Client, resource: Resource, name: str, ns: str, within: float) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
@@ -53,7 +52,7 @@ async def gone(client: Client, resource: Resource, name: str, ns: str, within: f
 
 
 async def wait_reason(
-    client: Client,  # noqa: F811
+    client: Client,
     ns: str,
     name: str,
     reason: str,
@@ -68,7 +67,7 @@ async def wait_reason(
         await asyncio.sleep(0.1)
 
 
-async def event_reasons(client: Client, ns: str) -> list[tuple[str, str, str]]:  # noqa: F811
+async def event_reasons(client: Client, ns: str) -> list[tuple[str, str, str]]:
     items = (await client.list(EVENTS, ns)).items
     return [
         (e.get("reason", ""), e.get("note", ""), e.get("reportingController", "")) for e in items
@@ -77,7 +76,7 @@ async def event_reasons(client: Client, ns: str) -> list[tuple[str, str, str]]: 
 
 @pytest.mark.parametrize("policy", ["Retain", "Delete", "DeleteForeground"])
 async def test_expiry_under_each_shutdown_policy(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
     policy: str,
 ) -> None:
@@ -132,7 +131,7 @@ async def test_expiry_under_each_shutdown_policy(
 
 
 async def test_ttl_after_the_sandbox_finished_deletes_the_claim(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
 ) -> None:
     """The pod succeeds (kwok), the sandbox reports Finished, the claim mirrors it and is deleted
@@ -159,7 +158,7 @@ async def test_ttl_after_the_sandbox_finished_deletes_the_claim(
 
 
 async def test_invalid_metadata_is_reported_with_no_sandbox_and_no_hot_loop(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
 ) -> None:
     await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
@@ -184,7 +183,7 @@ async def test_invalid_metadata_is_reported_with_no_sandbox_and_no_hot_loop(
 
 
 async def test_env_on_a_warm_pool_claim_starts_cold_becomes_ready_and_says_so(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
 ) -> None:
     tpl = template_obj("tpl")
@@ -204,7 +203,7 @@ async def test_env_on_a_warm_pool_claim_starts_cold_becomes_ready_and_says_so(
 
 
 async def test_a_quota_of_two_sandboxes_makes_the_third_cold_claim_say_why(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
 ) -> None:
     await client.create(

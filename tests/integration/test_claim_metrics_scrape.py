@@ -17,7 +17,6 @@ from agentsandbox.kube.client import Client
 
 from .test_claims import claim_obj, controller_process, wait_claims_ready
 from .test_warmpool import (
-    client,  # noqa: F401  (fixture)
     pool_obj,
     template_obj,
     wait_ready_pool,
@@ -35,7 +34,7 @@ def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 
 async def test_metrics_after_one_warm_and_one_cold_claim_carry_the_right_launch_type(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
     cluster: DevCluster,
     tmp_path: Path,

@@ -50,7 +50,6 @@ from .invariants import (
 )
 from .runtime_helpers import running
 from .test_warmpool import (
-    client,  # noqa: F401  (fixture)
     pool_obj,
     pool_sandboxes,
     ready,
@@ -73,7 +72,7 @@ TERMINAL = {
 
 
 @contextlib.asynccontextmanager
-async def controllers(client: Client, claim_workers: int = 16) -> AsyncIterator[Manager]:  # noqa: F811
+async def controllers(client: Client, claim_workers: int = 16) -> AsyncIterator[Manager]:
     mgr = Manager(client)
     sandbox_controller.setup(mgr, 8, "cluster.local")
     warmpool.setup(mgr, Settings(), workers=4)
@@ -102,7 +101,7 @@ def claim_obj(
 # ------------------------------------------------------------------------------------ warm path
 @pytest.mark.parametrize("form", ["v1beta1-warmPoolRef", "v1alpha1-sandboxTemplateRef"])
 async def test_warm_claim_is_served_from_the_pool_which_makes_one_replacement(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
     form: str,
 ) -> None:
@@ -142,7 +141,7 @@ async def test_warm_claim_is_served_from_the_pool_which_makes_one_replacement(
 
 
 async def test_burst_of_template_pool_and_20_claims_shows_no_terminal_reason(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
 ) -> None:
     """Created in one burst, no waits: the claims reach the controller before the pool and the
@@ -188,7 +187,7 @@ async def test_burst_of_template_pool_and_20_claims_shows_no_terminal_reason(
 
 # ------------------------------------------------------------------------------------ 100 on 30
 async def _hundred_on_thirty(
-    client: Client,  # noqa: F811
+    client: Client,
     ns: str,
     during: Any = None,
     every_member_adopted: bool = True,
@@ -238,7 +237,7 @@ async def _hundred_on_thirty(
 
 
 async def test_100_claims_at_once_against_a_ready_pool_of_30(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
 ) -> None:
     """Over 30 s: a pool of 30 filled by kwok, 100 claims, 70 cold pods, 30 refills."""
@@ -247,7 +246,7 @@ async def test_100_claims_at_once_against_a_ready_pool_of_30(
 
 
 async def test_100_claims_with_two_controller_processes_racing(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
     cluster: DevCluster,
     tmp_path: Path,
@@ -271,7 +270,7 @@ async def test_100_claims_with_two_controller_processes_racing(
 
 
 async def test_100_claims_survive_a_kill_9_mid_burst_and_a_restart(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
     cluster: DevCluster,
     tmp_path: Path,
@@ -302,7 +301,7 @@ async def test_100_claims_survive_a_kill_9_mid_burst_and_a_restart(
 
 # ------------------------------------------------------------------------------------ deletion
 async def test_deleting_a_claim_removes_its_sandbox_pod_and_service(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
 ) -> None:
     tpl = template_obj("tpl")
@@ -329,7 +328,7 @@ async def test_deleting_a_claim_removes_its_sandbox_pod_and_service(
 
 
 async def test_missing_pool_is_reported_and_the_claim_is_served_once_the_pool_exists(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
 ) -> None:
     await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)

@@ -78,12 +78,6 @@ def counter(name: str, labels: dict[str, str]) -> float:
 
 
 @pytest.fixture
-async def client(kubeconfig: str) -> AsyncIterator[Client]:
-    async with Client.from_kubeconfig(kubeconfig, qps=0) as c:
-        yield c
-
-
-@pytest.fixture
 async def ns(client: Client) -> AsyncIterator[str]:
     """A namespace of this test's own, created and deleted with the client under test."""
     name = unique("client")

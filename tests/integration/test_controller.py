@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -23,12 +22,6 @@ from agentsandbox.kube.resources import CONFIGMAPS
 from agentsandbox.kube.workqueue import ItemExponentialFailureRateLimiter
 
 from .runtime_helpers import WIDGETS, eventually, running, sample
-
-
-@pytest.fixture
-async def client(kubeconfig: str) -> AsyncIterator[Client]:
-    async with Client.from_kubeconfig(kubeconfig, qps=0) as c:
-        yield c
 
 
 def widget(name: str, replicas: int = 1) -> dict[str, Any]:

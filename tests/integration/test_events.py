@@ -16,12 +16,6 @@ from .runtime_helpers import sample
 
 
 @pytest.fixture
-async def client(kubeconfig: str) -> AsyncIterator[Client]:
-    async with Client.from_kubeconfig(kubeconfig, qps=0) as c:
-        yield c
-
-
-@pytest.fixture
 async def broadcaster(client: Client) -> AsyncIterator[EventBroadcaster]:
     b = EventBroadcaster(client, reporting_instance="pytest-1")
     b.start()

@@ -86,12 +86,6 @@ def start_private_cluster(tmp_path: Path, bin_dir: Path | None) -> DevCluster:
 
 
 @pytest.fixture
-async def client(kubeconfig: str) -> AsyncIterator[Client]:
-    async with Client.from_kubeconfig(kubeconfig, qps=0) as c:
-        yield c
-
-
-@pytest.fixture
 async def proxy(cluster: DevCluster) -> AsyncIterator[TcpProxy]:
     p = await TcpProxy.to(cluster.server).start()
     yield p

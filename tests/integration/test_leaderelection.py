@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -23,12 +22,6 @@ from agentsandbox.kube.resources import CONFIGMAPS, LEASES
 from .runtime_helpers import eventually, sample
 
 LEASE = {"lease_duration": 3.0, "renew_deadline": 2.0, "retry_period": 0.25}
-
-
-@pytest.fixture
-async def client(kubeconfig: str) -> AsyncIterator[Client]:
-    async with Client.from_kubeconfig(kubeconfig, qps=0) as c:
-        yield c
 
 
 class Replica:

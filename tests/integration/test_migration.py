@@ -35,7 +35,6 @@ from agentsandbox.kube.client import Client
 from agentsandbox.kube.resources import Resource
 
 from .test_claims import controllers
-from .test_warmpool import client  # noqa: F401  (fixture)
 
 TESTDATA = Path(__file__).resolve().parents[1] / "testdata" / "upstream"
 PLACEHOLDER = "FILLED-BY-TEST"
@@ -65,7 +64,7 @@ class WriteCounter:
     The in-process controllers also serve what earlier tests left behind (pools in namespaces
     being torn down keep trying to create), so counts are read per namespace."""
 
-    def __init__(self, client: Client) -> None:  # noqa: F811
+    def __init__(self, client: Client) -> None:
         self.counts: Counter[tuple[str, str, str, str]] = Counter()
         for verb in ("create", "update", "patch", "apply", "delete", "delete_collection"):
             setattr(client, verb, self._wrap(verb, getattr(client, verb)))
@@ -92,7 +91,7 @@ class WriteCounter:
 
 
 async def churn_watch(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
     resource_version: str,
     before: dict[str, dict[str, Any]],
@@ -152,7 +151,7 @@ async def eventually(check: Callable[[], Awaitable[Any]], what: str, within: flo
     raise AssertionError(f"timed out after {within}s waiting for {what}; last: {last!r}")
 
 
-async def leave_upstream_objects(client: Client, namespace: str) -> dict[str, str]:  # noqa: F811
+async def leave_upstream_objects(client: Client, namespace: str) -> dict[str, str]:
     """Create what upstream's controller left (its Deployment scaled to 0 already): the template,
     the pool (status empty), its 20 sandboxes, and the bound migrated claim with its sandbox."""
     (template,) = load("template.yaml")
@@ -184,14 +183,14 @@ async def leave_upstream_objects(client: Client, namespace: str) -> dict[str, st
     }
 
 
-async def pool_ready(client: Client, namespace: str, name: str) -> Any:  # noqa: F811
+async def pool_ready(client: Client, namespace: str, name: str) -> Any:
     p = await client.get(SANDBOX_WARM_POOLS, name, namespace)
     status = p.get("status") or {}
     return status.get("replicas") == 20 and status.get("readyReplicas") == 20 and status
 
 
 async def test_takeover_of_an_upstream_pool_of_20_and_a_migrated_claim_with_no_churn(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
 ) -> None:
     left = await leave_upstream_objects(client, namespace)
@@ -261,7 +260,7 @@ async def test_takeover_of_an_upstream_pool_of_20_and_a_migrated_claim_with_no_c
 
 
 async def test_unbound_shadow_pool_claims_are_served_as_their_v1alpha1_form_after_takeover(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
 ) -> None:
     """Claims upstream's webhook stored but upstream's controller never served: ``default``

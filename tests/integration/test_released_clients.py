@@ -52,7 +52,6 @@ from agentsandbox.kube.manager import Manager
 
 from .runtime_helpers import running
 from .test_warmpool import (
-    client,  # noqa: F401  (fixture)
     pool_obj,
     pool_sandboxes,
     template_obj,
@@ -78,7 +77,7 @@ def claim_setup() -> Callable[..., Any] | None:
 
 
 @contextlib.asynccontextmanager
-async def controllers_with_claims(client: Client, workers: int = 4) -> AsyncIterator[Manager]:  # noqa: F811
+async def controllers_with_claims(client: Client, workers: int = 4) -> AsyncIterator[Manager]:
     setup = claim_setup()
     if setup is None:
         pytest.fail(
@@ -130,7 +129,7 @@ CASES = [
 class Watcher:
     """What our own watches saw in the namespace while the client ran."""
 
-    def __init__(self, client: Client, namespace: str, pool: str) -> None:  # noqa: F811
+    def __init__(self, client: Client, namespace: str, pool: str) -> None:
         self.claims: dict[str, dict[str, Any]] = {}  # name -> last seen object
         self.claim_sandbox: dict[str, str] = {}  # name -> status.sandbox.name (first non-empty)
         self.claim_deleted: set[str] = set()
@@ -191,7 +190,7 @@ async def run_driver(python: Path, args: list[str], within: float) -> tuple[int,
     return proc.returncode, out.decode(), err.decode()
 
 
-async def gone(client: Client, resource: Any, name: str, ns: str, within: float) -> bool:  # noqa: F811
+async def gone(client: Client, resource: Any, name: str, ns: str, within: float) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
@@ -204,7 +203,7 @@ async def gone(client: Client, resource: Any, name: str, ns: str, within: float)
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 async def test_released_client_end_to_end(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
     kubeconfig: str,
     case: Case,

@@ -45,7 +45,6 @@ from agentsandbox.kube.resources import EVENTS, NETWORKPOLICIES, PODS, Resource
 from .runtime_helpers import running, sample
 from .test_claims import claim_obj, ready_reason
 from .test_warmpool import (
-    client,  # noqa: F401  (fixture)
     image_of,
     pool_obj,
     pool_sandboxes,
@@ -71,7 +70,7 @@ CUSTOM = {
 
 
 @contextlib.asynccontextmanager
-async def controllers(client: Client) -> AsyncIterator[Manager]:  # noqa: F811
+async def controllers(client: Client) -> AsyncIterator[Manager]:
     mgr = Manager(client)
     sandbox_controller.setup(mgr, 8, "cluster.local")
     warmpool.setup(mgr, Settings(), workers=4)
@@ -89,7 +88,7 @@ class WriteCounter:
     """Counts the client's writes in one namespace by (verb, plural) while installed (the
     in-process controllers also serve what earlier tests left in other namespaces)."""
 
-    def __init__(self, client: Client, namespace: str) -> None:  # noqa: F811
+    def __init__(self, client: Client, namespace: str) -> None:
         self.namespace = namespace
         self.counts: Counter[tuple[str, str]] = Counter()
         for verb in ("create", "update", "patch", "delete"):
@@ -123,7 +122,7 @@ async def eventually(check: Callable[[], Awaitable[Any]], what: str, within: flo
     raise AssertionError(f"timed out after {within}s waiting for {what}; last: {last!r}")
 
 
-async def get_or_none(client: Client, resource: Resource, name: str, ns: str) -> Any:  # noqa: F811
+async def get_or_none(client: Client, resource: Resource, name: str, ns: str) -> Any:
     try:
         return await client.get(resource, name, ns)
     except NotFound:
@@ -140,11 +139,11 @@ def reconciles() -> float:
     )
 
 
-async def merge(client: Client, name: str, ns: str, body: dict[str, Any]) -> None:  # noqa: F811
+async def merge(client: Client, name: str, ns: str, body: dict[str, Any]) -> None:
     await client.patch(SANDBOX_TEMPLATES, name, body, ns, patch_type=PatchType.MERGE)
 
 
-async def quiet_period(client: Client, ns: str, template: str) -> float:  # noqa: F811
+async def quiet_period(client: Client, ns: str, template: str) -> float:
     """Make the controller look at the template again (an annotation) and wait until it has:
     returns how many reconciles that took."""
     before = reconciles()
@@ -160,7 +159,7 @@ async def quiet_period(client: Client, ns: str, template: str) -> float:  # noqa
 
 # ------------------------------------------------------------------------------ policy lifecycle
 async def test_policy_created_updated_and_removed_as_the_template_says(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
 ) -> None:
     writes = WriteCounter(client, namespace)
@@ -247,7 +246,7 @@ async def test_policy_created_updated_and_removed_as_the_template_says(
 
 
 async def test_a_same_name_policy_of_someone_else_is_never_touched(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
 ) -> None:
     """Upstream #828: neither updated (Managed) nor deleted (Unmanaged); reported with a
@@ -309,7 +308,7 @@ async def test_a_same_name_policy_of_someone_else_is_never_touched(
 
 
 # ------------------------------------------------------------------------------ selector coverage
-async def selected_pods(client: Client, ns: str, np_name: str) -> set[str]:  # noqa: F811
+async def selected_pods(client: Client, ns: str, np_name: str) -> set[str]:
     """Pods matched by a label-selector LIST built from the policy's podSelector.matchLabels."""
     np = await client.get(NETWORKPOLICIES, np_name, ns)
     selector = np["spec"]["podSelector"]
@@ -324,7 +323,7 @@ def pod_name(sb: dict[str, Any]) -> str:
     return str((meta.get("annotations") or {}).get(keys.ANNOTATION_POD_NAME) or meta["name"])
 
 
-async def live_pods(client: Client, ns: str) -> set[str]:  # noqa: F811
+async def live_pods(client: Client, ns: str) -> set[str]:
     return {
         p["metadata"]["name"]
         for p in (await client.list(PODS, ns)).items
@@ -332,7 +331,7 @@ async def live_pods(client: Client, ns: str) -> set[str]:  # noqa: F811
     }
 
 
-async def wait_claim(client: Client, ns: str, name: str) -> str:  # noqa: F811
+async def wait_claim(client: Client, ns: str, name: str) -> str:
     async def done() -> str | None:
         c = await client.get(SANDBOX_CLAIMS, name, ns)
         if ready_reason(c)[0] == "True":
@@ -344,7 +343,7 @@ async def wait_claim(client: Client, ns: str, name: str) -> str:  # noqa: F811
 
 
 async def test_the_policy_selects_warm_adopted_cold_and_rolled_sandbox_pods(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
 ) -> None:
     ns = namespace

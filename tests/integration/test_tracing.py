@@ -37,7 +37,6 @@ from agentsandbox.kube.client import Client
 from .invariants import controller_process, wait_claims_ready
 from .test_claims import claim_obj
 from .test_warmpool import (
-    client,  # noqa: F401  (fixture)
     pool_obj,
     template_obj,
     wait_ready_pool,
@@ -155,7 +154,7 @@ def one(spans: list[Span], name: str) -> Span:
 
 
 async def test_each_claim_is_one_connected_trace_under_its_annotation(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
     cluster: DevCluster,
     tmp_path: Path,
@@ -284,7 +283,7 @@ async def test_each_claim_is_one_connected_trace_under_its_annotation(
 
 
 async def test_spans_still_buffered_are_exported_when_the_controller_stops(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
     cluster: DevCluster,
     tmp_path: Path,

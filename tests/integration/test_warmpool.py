@@ -27,22 +27,12 @@ from agentsandbox.controllers.warmpool_plan import Settings
 from agentsandbox.devcluster import LIFECYCLE_LABEL, DevCluster
 from agentsandbox.kube import metrics
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.config import load_kubeconfig
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import NAMESPACES
 
 from .runtime_helpers import running
-
-
-@pytest.fixture
-async def client(kubeconfig: str) -> AsyncIterator[Client]:
-    c = Client(await load_kubeconfig(kubeconfig), qps=0, pool_size=100)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 @contextlib.asynccontextmanager

@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
-
-import pytest
 
 from agentsandbox.api import keys
 from agentsandbox.api.hashing import pod_template_hash, sandbox_blueprint_hash
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.config import load_kubeconfig
 
 from .test_warmpool import (
     controllers,
@@ -38,15 +35,6 @@ VCT = {
     "metadata": {"name": "data"},
     "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
 }
-
-
-@pytest.fixture
-async def client(kubeconfig: str) -> AsyncIterator[Client]:
-    c = Client(await load_kubeconfig(kubeconfig), qps=0, pool_size=100)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 async def until(

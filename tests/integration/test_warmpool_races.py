@@ -20,7 +20,6 @@ from agentsandbox.kube.client import Client
 from agentsandbox.kube.resources import CONFIGMAPS
 
 from .test_warmpool import (
-    client,  # noqa: F401  (fixture)
     controllers,
     image_of,
     pool_obj,
@@ -53,7 +52,7 @@ def _claim_like_patch(owner: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_sandbox_taken_from_the_pool_gets_exactly_one_replacement(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
 ) -> None:
     await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
@@ -79,7 +78,7 @@ async def test_sandbox_taken_from_the_pool_gets_exactly_one_replacement(
 
 
 async def test_pool_delete_decided_on_a_stale_view_spares_the_changed_sandbox(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
 ) -> None:
     """Review #1 through the real apiserver: the pool decides to delete an excess sandbox, a
@@ -107,7 +106,7 @@ async def test_pool_delete_decided_on_a_stale_view_spares_the_changed_sandbox(
 
 
 async def test_template_change_reaches_every_pool_using_it_and_no_other(
-    client: Client,  # noqa: F811
+    client: Client,
     namespace: str,
 ) -> None:
     """Upstream TestFindWarmPoolsForTemplate end to end: a template's pools roll, others stay."""
