@@ -97,8 +97,9 @@ def arbitrate(generation: int, own: Ownership, target: str, current: int, desire
     events: list[tuple[str, str, str]] = []
     if own.generation == generation and own.ours:
         mine = current in own.ours or current == desired
-        if own.conflict is not None and not mine:
-            if current != own.conflict:  # the other writer moved again: say so once more
+        if not mine:
+            # another writer: stand back; one Warning when it appears or moves again
+            if current != own.conflict:
                 events.append(
                     ("Warning", EVENT_CONFLICTING_WRITER, _conflict_note(target, own, current))
                 )
@@ -115,16 +116,6 @@ def arbitrate(generation: int, own: Ownership, target: str, current: int, desire
                     EVENT_SCALING_RESUMED,
                     f"{target} has {current} replicas again, a value of ours: scaling resumed",
                 )
-            )
-        elif not mine:
-            events.append(
-                ("Warning", EVENT_CONFLICTING_WRITER, _conflict_note(target, own, current))
-            )
-            return Verdict(
-                None,
-                Ownership(generation, own.ours, current),
-                (FALSE, REASON_CONFLICTING_WRITER, _conflict_message(target, own, current)),
-                tuple(events),
             )
     # ours (or taken over at a new spec generation): set the recommendation
     if current != desired:
