@@ -12,12 +12,7 @@ from typing import Any
 import pytest
 
 from agentsandbox.api.resources import SANDBOX_WARM_POOL_AUTOSCALERS, SANDBOX_WARM_POOLS
-from agentsandbox.controllers.autoscaler import (
-    AutoscalerReconciler,
-    Settings,
-    Windows,
-    claim_keys,
-)
+from agentsandbox.controllers.autoscaler import AutoscalerReconciler, Settings
 from agentsandbox.controllers.autoscaler_act import (
     CONFLICT,
     SCALED,
@@ -30,6 +25,7 @@ from agentsandbox.controllers.autoscaler_rules import (
     Ownership,
     arbitrate,
 )
+from agentsandbox.controllers.autoscaler_source import Windows, claim_keys
 from agentsandbox.kube.controller import Request
 from agentsandbox.kube.errors import Conflict, NotFound
 from agentsandbox.kube.resources import Resource

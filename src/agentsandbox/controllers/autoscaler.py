@@ -78,9 +78,7 @@ from .autoscaler_rules import (
     condition_reason,
     merge_conditions,
 )
-from .autoscaler_source import Windows, claim_keys
-
-__all__ = ["AutoscalerReconciler", "Settings", "Windows", "claim_keys", "setup"]
+from .autoscaler_source import Windows
 
 log = logging.getLogger("agentsandbox.autoscaler")
 
