@@ -85,8 +85,8 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
-from agentsandbox.controllers.autoscaler_plan import Policy
-from agentsandbox.controllers.claim_plan import pool_owner
+from agentsandbox.controllers.autoscaler.plan import Policy
+from agentsandbox.controllers.claim.plan import pool_owner
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.informer import Informer

@@ -42,7 +42,7 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
-from agentsandbox.controllers.claim_plan import pool_owner
+from agentsandbox.controllers.claim.plan import pool_owner
 from agentsandbox.devcluster.standin import StandinRuntime
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.informer import Informer

@@ -21,7 +21,7 @@ from ceiling import CONCURRENCIES, ReadyCounter, ceiling, controller_cpu
 from harness import Bench, machine_cpu_seconds, template, wait_pool_status, warm_pool
 
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
-from agentsandbox.controllers.claim_plan import pool_owner
+from agentsandbox.controllers.claim.plan import pool_owner
 
 TITLE = "pool fill 0 → N Ready vs the bare-create ceiling"
 FULL: dict[str, Any] = {"replicas": 1000, "concurrencies": list(CONCURRENCIES), "cap_seconds": 900}

@@ -26,7 +26,7 @@ from harness import GATE_FLAGS, Bench, BenchError, machine_cpu_seconds, template
 
 from agentsandbox.api.conditions import is_sandbox_ready
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
-from agentsandbox.controllers.claim_plan import pool_owner
+from agentsandbox.controllers.claim.plan import pool_owner
 from agentsandbox.kube.informer import Informer
 
 TITLE = "no over-creation: many pools created at once, 50 warm-pool workers"

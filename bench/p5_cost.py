@@ -39,7 +39,7 @@ from harness import (
 )
 
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
-from agentsandbox.controllers.claim_plan import pool_owner
+from agentsandbox.controllers.claim.plan import pool_owner
 from agentsandbox.kube.informer import Informer
 
 TITLE = "controller cost with the Deployment's flags: CPU per sandbox and per claim, RSS"

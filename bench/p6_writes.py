@@ -50,7 +50,7 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
-from agentsandbox.controllers.claim_plan import pool_owner
+from agentsandbox.controllers.claim.plan import pool_owner
 from agentsandbox.kube import client as kube_client
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.config import load_kubeconfig

@@ -36,8 +36,8 @@ from harness import Bench, BenchError, percentile, template, until, warm_pool
 
 from agentsandbox.api.conditions import is_sandbox_ready
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
-from agentsandbox.controllers.claim_plan import pool_owner
-from agentsandbox.controllers.warmpool import CONTROLLER_NAME as POOL_CONTROLLER
+from agentsandbox.controllers.claim.plan import pool_owner
+from agentsandbox.controllers.warmpool.controller import CONTROLLER_NAME as POOL_CONTROLLER
 from agentsandbox.kube import client as kube_client
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound

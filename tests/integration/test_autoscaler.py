@@ -25,13 +25,13 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
-from agentsandbox.controllers import autoscaler as autoscaler_controller
-from agentsandbox.controllers import claim as claim_controller
-from agentsandbox.controllers import sandbox as sandbox_controller
-from agentsandbox.controllers import warmpool
-from agentsandbox.controllers.autoscaler import Settings as AutoscalerSettings
-from agentsandbox.controllers.autoscaler_act import CONFLICT, SCALED, ScaleWriter
-from agentsandbox.controllers.warmpool_plan import Settings
+from agentsandbox.controllers.autoscaler import controller as autoscaler_controller
+from agentsandbox.controllers.autoscaler.act import CONFLICT, SCALED, ScaleWriter
+from agentsandbox.controllers.autoscaler.controller import Settings as AutoscalerSettings
+from agentsandbox.controllers.claim import controller as claim_controller
+from agentsandbox.controllers.sandbox import controller as sandbox_controller
+from agentsandbox.controllers.warmpool import controller as warmpool
+from agentsandbox.controllers.warmpool.plan import Settings
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import ApiError
 from agentsandbox.kube.manager import Manager

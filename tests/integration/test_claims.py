@@ -29,10 +29,10 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
-from agentsandbox.controllers import claim as claim_controller
-from agentsandbox.controllers import sandbox as sandbox_controller
-from agentsandbox.controllers import warmpool
-from agentsandbox.controllers.warmpool_plan import Settings
+from agentsandbox.controllers.claim import controller as claim_controller
+from agentsandbox.controllers.sandbox import controller as sandbox_controller
+from agentsandbox.controllers.warmpool import controller as warmpool
+from agentsandbox.controllers.warmpool.plan import Settings
 from agentsandbox.devcluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound

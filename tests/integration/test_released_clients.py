@@ -41,9 +41,9 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
-from agentsandbox.controllers import sandbox as sandbox_controller
-from agentsandbox.controllers import warmpool
-from agentsandbox.controllers.warmpool_plan import Settings
+from agentsandbox.controllers.sandbox import controller as sandbox_controller
+from agentsandbox.controllers.warmpool import controller as warmpool
+from agentsandbox.controllers.warmpool.plan import Settings
 from agentsandbox.devcluster.standin import StandinRuntime
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound
@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("sdk_driver.py")
 POOL_SIZE = 2
 READY_TIMEOUT = 60  # the clients' sandbox_ready_timeout (s)
-CLAIM_CONTROLLER = "agentsandbox.controllers.claim"
+CLAIM_CONTROLLER = "agentsandbox.controllers.claim.controller"
 
 
 def claim_setup() -> Callable[..., Any] | None:

@@ -16,7 +16,7 @@ import pytest
 from agentsandbox.api import keys
 from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.resources import SANDBOXES
-from agentsandbox.controllers import sandbox as sandbox_controller
+from agentsandbox.controllers.sandbox import controller as sandbox_controller
 from agentsandbox.devcluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.manager import Manager

@@ -18,7 +18,7 @@ from agentsandbox.api import keys
 from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.resources import SANDBOXES
 from agentsandbox.api.timefmt import format_rfc3339_nano
-from agentsandbox.controllers import sandbox as sandbox_controller
+from agentsandbox.controllers.sandbox import controller as sandbox_controller
 from agentsandbox.devcluster import DevCluster
 from agentsandbox.devcluster.cluster import LIFECYCLE_LABEL
 from agentsandbox.kube.client import Client

@@ -26,17 +26,17 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
-from agentsandbox.controllers import claim as claim_controller
-from agentsandbox.controllers import sandbox as sandbox_controller
-from agentsandbox.controllers import template as template_controller
-from agentsandbox.controllers import warmpool
-from agentsandbox.controllers.template_plan import (
+from agentsandbox.controllers.claim import controller as claim_controller
+from agentsandbox.controllers.sandbox import controller as sandbox_controller
+from agentsandbox.controllers.template import controller as template_controller
+from agentsandbox.controllers.template.plan import (
     REASON_NETWORK_POLICY_CONFLICT,
     default_network_policy_spec,
     desired_network_policy_spec,
     network_policy_specs_equal,
 )
-from agentsandbox.controllers.warmpool_plan import Settings
+from agentsandbox.controllers.warmpool import controller as warmpool
+from agentsandbox.controllers.warmpool.plan import Settings
 from agentsandbox.kube.client import Client, PatchType
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.manager import Manager

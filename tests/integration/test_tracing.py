@@ -30,7 +30,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from agentsandbox.api import keys
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
-from agentsandbox.controllers import tracing as claim_tracing
+from agentsandbox.controllers.claim import tracing as claim_tracing
 from agentsandbox.devcluster import DevCluster
 from agentsandbox.kube.client import Client
 

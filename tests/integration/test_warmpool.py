@@ -21,9 +21,9 @@ from agentsandbox.api.defaults import apply_sandbox_secure_defaults
 from agentsandbox.api.hashing import name_hash, pod_template_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
-from agentsandbox.controllers import sandbox as sandbox_controller
-from agentsandbox.controllers import warmpool
-from agentsandbox.controllers.warmpool_plan import Settings
+from agentsandbox.controllers.sandbox import controller as sandbox_controller
+from agentsandbox.controllers.warmpool import controller as warmpool
+from agentsandbox.controllers.warmpool.plan import Settings
 from agentsandbox.devcluster import LIFECYCLE_LABEL, DevCluster
 from agentsandbox.kube import metrics
 from agentsandbox.kube.client import Client

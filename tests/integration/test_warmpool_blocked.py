@@ -25,9 +25,9 @@ from agentsandbox.api.conditions import find_condition
 from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.kinds import SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
-from agentsandbox.controllers import sandbox as sandbox_controller
-from agentsandbox.controllers import warmpool
-from agentsandbox.controllers.warmpool_plan import (
+from agentsandbox.controllers.sandbox import controller as sandbox_controller
+from agentsandbox.controllers.warmpool import controller as warmpool
+from agentsandbox.controllers.warmpool.plan import (
     EVENT_NOT_PROGRESSING,
     EVENT_PROGRESSING,
     REASON_BLOCKED,

@@ -15,7 +15,7 @@ from typing import Any
 from agentsandbox.api import keys
 from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
-from agentsandbox.controllers.warmpool_plan import Plan
+from agentsandbox.controllers.warmpool.plan import Plan
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.resources import CONFIGMAPS
 

@@ -97,12 +97,12 @@ def register_metrics(mgr: Manager, opts: Options) -> None:
     (``agent_sandbox_build_info``, the ``agent_sandboxes`` collector over the Sandbox informer
     cache) and, with ``--extensions``, the SandboxClaim families (registered on import)."""
     from agentsandbox.api.resources import SANDBOXES
-    from agentsandbox.controllers.sandbox_metrics import SandboxCollector
+    from agentsandbox.controllers.sandbox.metrics import SandboxCollector
 
     metrics.register_replacing("agent_sandbox_build_info", BuildInfoCollector(build_info()))
     metrics.register_replacing("agent_sandboxes", SandboxCollector(mgr.get_informer(SANDBOXES)))
     if opts.extensions:
-        import agentsandbox.controllers.claim_metrics  # noqa: F401
+        import agentsandbox.controllers.claim.metrics  # noqa: F401
 
 
 def leader_election_namespace(opts: Options) -> str:
@@ -186,8 +186,11 @@ async def run(opts: Options) -> None:
 def register_controllers(mgr: Manager, opts: Options, *, autoscaler: bool = False) -> None:
     """The controllers ``opts`` asks for; the SandboxWarmPoolAutoscaler one only when
     ``autoscaler`` says its API is served (see :func:`autoscaler_served`)."""
-    from agentsandbox.controllers import claim, sandbox, template, warmpool
-    from agentsandbox.controllers.warmpool_plan import Settings
+    from agentsandbox.controllers.claim import controller as claim
+    from agentsandbox.controllers.sandbox import controller as sandbox
+    from agentsandbox.controllers.template import controller as template
+    from agentsandbox.controllers.warmpool import controller as warmpool
+    from agentsandbox.controllers.warmpool.plan import Settings
 
     sandbox.setup(mgr, opts.sandbox_concurrent_workers, opts.cluster_domain)
     if opts.extensions:
@@ -213,7 +216,7 @@ def register_controllers(mgr: Manager, opts: Options, *, autoscaler: bool = Fals
         )
         template.setup(mgr, workers=opts.sandbox_template_concurrent_workers)
         if autoscaler and opts.enable_warm_pool_autoscaler:
-            from agentsandbox.controllers import autoscaler as warm_pool_autoscaler
+            from agentsandbox.controllers.autoscaler import controller as warm_pool_autoscaler
 
             warm_pool_autoscaler.setup(
                 mgr,

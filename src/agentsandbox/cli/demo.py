@@ -39,7 +39,7 @@ from rich.table import Table
 from agentsandbox.api.conditions import is_condition_true, is_sandbox_ready
 from agentsandbox.api.kinds import SANDBOX_CLAIM
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_WARM_POOLS, SANDBOXES
-from agentsandbox.controllers.claim_plan import pool_owner
+from agentsandbox.controllers.claim.plan import pool_owner
 from agentsandbox.devcluster import BinariesError, ClusterStartError, DevCluster
 from agentsandbox.devcluster.binaries import repo_root, versions
 from agentsandbox.kube.client import Client

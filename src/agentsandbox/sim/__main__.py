@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from agentsandbox.controllers.autoscaler_plan import Policy
+from agentsandbox.controllers.autoscaler.plan import Policy
 
 from . import latency as lat
 from . import traces

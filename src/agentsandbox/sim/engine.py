@@ -2,10 +2,10 @@
 
 Events, in simulated seconds: claims arrive (from a :class:`~.traces.Trace`); a claim adopts the
 oldest Ready pool sandbox (**warm**) or goes **cold** (its latency is a create -> Ready draw);
-the pool reconciles — the real :func:`agentsandbox.controllers.warmpool_plan.plan` on a Snapshot
+the pool reconciles — the real :func:`agentsandbox.controllers.warmpool.plan.plan` on a Snapshot
 of fake Sandbox objects — and its creates become Ready after a draw from the latency
 distribution; optionally the autoscaler calls the real
-:func:`agentsandbox.controllers.autoscaler_plan.decide` every ``decide_interval`` seconds and
+:func:`agentsandbox.controllers.autoscaler.plan.decide` every ``decide_interval`` seconds and
 sets ``spec.replicas``.
 
 Reconciles are coalesced per 100 ms of simulated time, as the work queue coalesces the events of
@@ -53,9 +53,9 @@ from typing import Any
 from agentsandbox.api import keys
 from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_WARM_POOL
-from agentsandbox.controllers import warmpool_plan
-from agentsandbox.controllers.autoscaler_plan import Memory, Observation, Policy, decide
-from agentsandbox.controllers.warmpool_plan import Settings, Snapshot
+from agentsandbox.controllers.autoscaler.plan import Memory, Observation, Policy, decide
+from agentsandbox.controllers.warmpool import plan as warmpool_plan
+from agentsandbox.controllers.warmpool.plan import Settings, Snapshot
 
 from .latency import Latency
 from .traces import Trace

@@ -1,0 +1,476 @@
+"""The SandboxWarmPoolAutoscaler controller: observe -> decide (:mod:`.autoscaler_plan`, then the
+other-writer rule of :mod:`.autoscaler_rules`) -> act (:mod:`.autoscaler_act`); the windows the
+observations come from are in :mod:`.autoscaler_source`.
+
+Observe. Claim arrivals and pool refill times are recorded by informer handlers as they happen,
+into windows kept in memory (a restart refills them from the objects' timestamps):
+
+- an *arrival* is a claim that may take a sandbox from the pool: ``spec.warmPoolRef`` names it,
+  or ``spec.sandboxTemplateRef`` names its template with ``warmpool`` absent/``default`` or the
+  pool's name (docs/claims.md); not ``warmpool: none``, nor a claim that sets ``env``,
+  ``volumeClaimTemplates`` or ``additionalPodMetadata`` (those are always served cold). Its time
+  is when this process first saw it, if that is within 2 s of its ``creationTimestamp`` (which
+  has whole seconds only), else the ``creationTimestamp``;
+- a *refill time* is a pool-controlled sandbox's create -> Ready: from this process's first sight
+  of it to the event showing it Ready when both were seen live, else ``creationTimestamp`` ->
+  the Ready condition's ``lastTransitionTime``.
+
+Each pass reads the target's ``/scale``, decides, applies the other-writer rule, writes
+``/scale`` if allowed, then the status; Events on every size change and writer conflict. Passes
+come on events (a claim, a sandbox turning Ready, the pool or the autoscaler changing; at most
+one per second per autoscaler) and every ``sync_period`` seconds.
+
+Deleting an autoscaler leaves the target at its last size: the target is never owned by the
+autoscaler, and the autoscaler has no finalizer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from agentsandbox.api.conditions import FALSE, TRUE
+from agentsandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_WARM_POOL_AUTOSCALERS,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
+from agentsandbox.api.timefmt import format_rfc3339
+from agentsandbox.controllers.autoscaler.act import (
+    CONFLICT,
+    ScaleClient,
+    ScaleWriter,
+    TargetError,
+    is_sandbox_warm_pool,
+)
+from agentsandbox.controllers.autoscaler.plan import Memory, Observation, Policy, decide
+from agentsandbox.controllers.autoscaler.rules import (
+    EVENT_AMBIGUOUS_TARGET,
+    EVENT_FAILED_GET_SCALE,
+    EVENT_FAILED_RESCALE,
+    EVENT_SUCCESSFUL_RESCALE,
+    REASON_AMBIGUOUS_TARGET,
+    REASON_FAILED_UPDATE_SCALE,
+    REASON_SUCCEEDED_RESCALE,
+    REASON_UNSUPPORTED_TARGET,
+    Ownership,
+    StatusInput,
+    arbitrate,
+    build_status,
+    condition_reason,
+    merge_conditions,
+)
+from agentsandbox.controllers.autoscaler.source import Windows
+from agentsandbox.kube.controller import (
+    Controller,
+    ControllerBuilder,
+    GenerationChangedPredicate,
+    Request,
+    Result,
+)
+from agentsandbox.kube.errors import Conflict, KubeError
+from agentsandbox.kube.events import EventRecorder
+from agentsandbox.kube.informer import Informer
+from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.store import KubeObject
+
+log = logging.getLogger("agentsandbox.autoscaler")
+
+CONTROLLER_NAME = "sandboxwarmpoolautoscaler"
+REPORTING_CONTROLLER = "warmpool-autoscaler"
+DEFAULT_SCALE_DOWN_WINDOW = 300.0
+TARGET_INDEX = "autoscaler-target"  # autoscalers by "<namespace>/<pool name>"
+POOL_TEMPLATE_INDEX = "autoscaler-pool-template"  # pools by "<namespace>/<template name>"
+CONFLICT_RECHECK = 1.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Controller settings. The defaults are the flags' (``register_controllers`` builds these
+    from them): ``sync_period`` is ``--warm-pool-autoscaler-sync-period``, ``rate_window``
+    ``--warm-pool-autoscaler-rate-window`` and ``burst_bin`` ``--warm-pool-autoscaler-burst-bin``;
+    ``min_interval`` is not a flag. Tests shorten them in-process."""
+
+    sync_period: float = 5.0  # seconds between passes when nothing happens
+    min_interval: float = 1.0  # events within this long of a pass are served by one later pass
+    rate_window: float = 600.0  # seconds of arrivals and refill samples kept (Policy.rate_window)
+    burst_bin: float | None = 10.0  # Policy.burst_bin (None: Policy's default, also 10 s)
+
+
+@dataclass
+class AutoscalerMemory:
+    uid: str
+    plan: Memory = field(default_factory=Memory)
+    ownership: Ownership | None = None
+    # the status write of ours the cache may not show yet: (rv written on, rv returned), and
+    # the status it wrote
+    written: tuple[str, str] | None = None
+    last_status: dict[str, Any] | None = None
+    failure: str | None = None  # the last failure announced by an Event
+    seeded: bool = False  # the current size entered as a recommendation (first pass)
+
+
+def target_index(autoscaler: KubeObject) -> list[str]:
+    meta = autoscaler.get("metadata") or {}
+    ref = (autoscaler.get("spec") or {}).get("scaleTargetRef") or {}
+    if not is_sandbox_warm_pool(str(ref.get("apiVersion") or ""), str(ref.get("kind") or "")):
+        return []
+    name = ref.get("name")
+    return [f"{meta.get('namespace', '')}/{name}"] if name else []
+
+
+def pool_template_index(pool: KubeObject) -> list[str]:
+    meta = pool.get("metadata") or {}
+    name = ((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name")
+    return [f"{meta.get('namespace', '')}/{name}"] if name else []
+
+
+def policy_of(spec: Mapping[str, Any], settings: Settings) -> Policy:
+    window = spec.get("scaleDownStabilizationSeconds")
+    extra: dict[str, Any] = {"rate_window": settings.rate_window}
+    if settings.burst_bin is not None:
+        extra["burst_bin"] = settings.burst_bin
+    return Policy(
+        min_replicas=int(spec.get("minReplicas", 1)),
+        max_replicas=int(spec.get("maxReplicas", 0)),
+        target_warm_share=float(spec.get("targetWarmShare", 0.99)),
+        scale_down_window=float(window) if window is not None else DEFAULT_SCALE_DOWN_WINDOW,
+        **extra,
+    )
+
+
+class AutoscalerReconciler:
+    """Sizes each SandboxWarmPoolAutoscaler's target through its ``/scale``."""
+
+    def __init__(
+        self,
+        client: ScaleClient,
+        autoscalers: Informer,
+        claims: Informer,
+        sandboxes: Informer,
+        pools: Informer,
+        recorder: EventRecorder | None,
+        settings: Settings | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.writer = ScaleWriter(client)
+        self.autoscalers = autoscalers
+        self.pools = pools
+        self.recorder = recorder
+        self.settings = settings or Settings()
+        self.clock = clock
+        self.windows = Windows(self.settings.rate_window, clock)
+        self._memory: dict[str, AutoscalerMemory] = {}
+        self.enqueue: Callable[[Request], None] | None = None  # set by setup()
+        autoscalers.add_index(TARGET_INDEX, target_index)
+        pools.add_index(POOL_TEMPLATE_INDEX, pool_template_index)
+        claims.add_handler(self._on_claim, None, None)
+        sandboxes.add_handler(
+            self._on_sandbox_add, self._on_sandbox_update, self.windows.sandbox_deleted
+        )
+
+    # ---------------------------------------------------------------- recording + mapping
+    def _on_claim(self, claim: KubeObject) -> None:
+        keys = self.windows.claim_added(claim)
+        if keys and self.enqueue is not None:
+            for req in self._requests_for_keys(keys):
+                self.enqueue(req)
+
+    def _on_sandbox_add(self, sb: KubeObject) -> None:
+        self._poke(self.windows.sandbox_added(sb))
+
+    def _on_sandbox_update(self, old: KubeObject, new: KubeObject) -> None:
+        self._poke(self.windows.sandbox_updated(old, new))
+
+    def _poke(self, pool: str | None) -> None:
+        if pool is not None and self.enqueue is not None:
+            for req in self.for_pool_key(pool):
+                self.enqueue(req)
+
+    def for_pool_key(self, key: str) -> list[Request]:
+        return [Request.from_object(a) for a in self.autoscalers.by_index(TARGET_INDEX, key)]
+
+    def for_pool(self, pool: KubeObject) -> list[Request]:
+        meta = pool.get("metadata") or {}
+        return self.for_pool_key(f"{meta.get('namespace', '')}/{meta.get('name')}")
+
+    def _requests_for_keys(self, keys: Iterable[str]) -> list[Request]:
+        out: list[Request] = []
+        for key in keys:
+            ns, kind, name = key.split("/", 2)
+            if kind == "pool":
+                out += self.for_pool_key(f"{ns}/{name}")
+            else:
+                for pool in self.pools.by_index(POOL_TEMPLATE_INDEX, f"{ns}/{name}"):
+                    out += self.for_pool(pool)
+        return out
+
+    def rivals(self, autoscaler: KubeObject) -> list[str]:
+        """The names of the other live autoscalers targeting the same SandboxWarmPool."""
+        uid = autoscaler["metadata"].get("uid")
+        return [
+            str(other["metadata"]["name"])
+            for key in target_index(autoscaler)
+            for other in self.autoscalers.by_index(TARGET_INDEX, key)
+            if other["metadata"].get("uid") != uid
+            and not other["metadata"].get("deletionTimestamp")
+        ]
+
+    # ---------------------------------------------------------------- observe
+    def observe(self, namespace: str, pool_name: str, current: int) -> Observation:
+        pool = self.pools.get(pool_name, namespace)
+        keys = [f"{namespace}/pool/{pool_name}"]
+        template = ((pool or {}).get("spec") or {}).get("sandboxTemplateRef") or {}
+        if template.get("name"):
+            keys.append(f"{namespace}/template/{template['name']}")
+        return Observation(
+            now=self.clock(),
+            arrivals=self.windows.arrivals_for(keys),
+            refill_seconds=self.windows.refills_for(f"{namespace}/{pool_name}"),
+            current_replicas=current,
+        )
+
+    def _memory_of(self, autoscaler: KubeObject) -> AutoscalerMemory:
+        meta = autoscaler["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        uid = str(meta.get("uid", ""))
+        memory = self._memory.get(key)
+        if memory is None or memory.uid != uid:
+            memory = self._memory[key] = AutoscalerMemory(uid)
+            memory.ownership = Ownership.from_status(
+                meta.get("generation"), autoscaler.get("status") or {}
+            )
+        return memory
+
+    # ---------------------------------------------------------------- reconcile
+    async def reconcile(self, req: Request) -> Result | None:
+        autoscaler = self.autoscalers.get(req.name, req.namespace)
+        if autoscaler is None:
+            self._memory.pop(str(req), None)
+            return None
+        if autoscaler["metadata"].get("deletionTimestamp"):
+            return None
+        memory = self._memory_of(autoscaler)
+        meta = autoscaler["metadata"]
+        generation = int(meta.get("generation") or 0)
+        spec = autoscaler.get("spec") or {}
+        ref = spec.get("scaleTargetRef") or {}
+        target_text = f"{ref.get('kind')}/{ref.get('name')}"
+        now = self.clock()
+        now_text = format_rfc3339(datetime.fromtimestamp(now, UTC))
+        requeue = self.settings.sync_period
+
+        rivals = self.rivals(autoscaler)
+        if rivals:
+            # two autoscalers of one pool would undo each other's sizes: as an HPA with an
+            # ambiguous selector, none of them writes until one is left (each re-checks every
+            # sync period, so deleting the others lets the last one resume within one)
+            names = ", ".join(sorted([str(meta["name"]), *rivals]))
+            message = (
+                f"{target_text} is the target of {len(rivals) + 1} autoscalers ({names}): none of "
+                "them scales it until only one is left"
+            )
+            self._event(
+                autoscaler,
+                "Warning",
+                EVENT_AMBIGUOUS_TARGET,
+                message,
+                memory,
+                key=REASON_AMBIGUOUS_TARGET,
+            )
+            stopped = (FALSE, REASON_AMBIGUOUS_TARGET, message)
+            await self._write_status(
+                autoscaler, memory, StatusInput(generation, None, None, stopped, stopped), now_text
+            )
+            return Result(requeue_after=requeue)
+
+        try:
+            resource = await self.writer.resolve(
+                str(ref.get("apiVersion") or ""), str(ref.get("kind") or "")
+            )
+            scale = await self.writer.read_scale(resource, req.namespace, str(ref.get("name")))
+        except TargetError as err:
+            self._event(
+                autoscaler, "Warning", EVENT_FAILED_GET_SCALE, err.message, memory, key=err.reason
+            )
+            failed = (FALSE, err.reason, err.message)
+            await self._write_status(
+                autoscaler, memory, StatusInput(generation, None, None, failed, failed), now_text
+            )
+            return Result(requeue_after=requeue)
+
+        memory.failure = None  # the target answered: a later failure is announced again
+        if not is_sandbox_warm_pool(str(ref.get("apiVersion")), str(ref.get("kind"))):
+            active = (
+                FALSE,
+                REASON_UNSUPPORTED_TARGET,
+                f"{target_text}: only SandboxWarmPool targets have claim arrivals and refill "
+                "times to measure",
+            )
+            await self._write_status(
+                autoscaler,
+                memory,
+                StatusInput(
+                    generation, scale.replicas, None, (TRUE, "ReadyForNewScale", ""), active
+                ),
+                now_text,
+            )
+            return Result(requeue_after=requeue)
+
+        obs = self.observe(req.namespace, str(ref.get("name")), scale.replicas)
+        if not memory.seeded:
+            # a new process (or autoscaler) holds the current size for one stabilisation window
+            # before any scale-down, as if it had recommended it: its measurements start empty
+            memory.seeded = True
+            memory.plan.recommendations.append((obs.now, scale.replicas))
+        decision = decide(obs, policy_of(spec, self.settings), memory.plan)
+        own = memory.ownership or Ownership()
+        verdict = arbitrate(generation, own, target_text, scale.replicas, decision.replicas)
+        memory.ownership = verdict.ownership
+        for type_, reason, note in verdict.events:
+            self._emit(autoscaler, type_, reason, note)
+        active = (TRUE, condition_reason(decision.reason), decision.message)
+        status_in = StatusInput(generation, scale.replicas, decision, verdict.able, active)
+        if verdict.write is None:
+            written = await self._write_status(autoscaler, memory, status_in, now_text)
+            return Result(requeue_after=requeue if written else min(requeue, CONFLICT_RECHECK))
+
+        # announce the recommendation first (a restart then knows the value is ours), then write
+        announced = (autoscaler.get("status") or {}).get("desiredReplicas") == verdict.write
+        if not announced and not await self._write_status(autoscaler, memory, status_in, now_text):
+            return Result(requeue_after=CONFLICT_RECHECK)
+        try:
+            outcome = await self.writer.write_scale(
+                resource, req.namespace, str(ref.get("name")), verdict.write, scale
+            )
+        except KubeError as err:
+            failed = (
+                FALSE,
+                REASON_FAILED_UPDATE_SCALE,
+                f"setting {target_text} to {verdict.write}: {err}",
+            )
+            self._emit(autoscaler, "Warning", EVENT_FAILED_RESCALE, failed[2])
+            await self._write_status(
+                autoscaler,
+                memory,
+                StatusInput(generation, scale.replicas, decision, failed, active),
+                now_text,
+            )
+            raise
+        if outcome == CONFLICT:  # the target changed since we read it: look again
+            return Result(requeue_after=CONFLICT_RECHECK)
+        note = (
+            f"New size: {verdict.write} (was {scale.replicas}); reason: {decision.reason}: "
+            f"{decision.message}"
+        )
+        log.info(
+            "scaled target",
+            extra={
+                "autoscaler": str(req),
+                "target": target_text,
+                "from": scale.replicas,
+                "to": verdict.write,
+            },
+        )
+        self._emit(autoscaler, "Normal", EVENT_SUCCESSFUL_RESCALE, note)
+        memory.ownership = Ownership(generation, frozenset({verdict.write}))
+        done = StatusInput(
+            generation,
+            verdict.write,
+            decision,
+            (TRUE, REASON_SUCCEEDED_RESCALE, f"set {target_text} to {verdict.write} replicas"),
+            active,
+            last_scaled=verdict.write,
+            last_scale={
+                "time": now_text,
+                "fromReplicas": scale.replicas,
+                "toReplicas": verdict.write,
+                "reason": condition_reason(decision.reason),
+                "message": decision.message,
+            },
+        )
+        await self._write_status(autoscaler, memory, done, now_text)
+        return Result(requeue_after=requeue)
+
+    # ---------------------------------------------------------------- act helpers
+    async def _write_status(
+        self, autoscaler: KubeObject, memory: AutoscalerMemory, given: StatusInput, now_text: str
+    ) -> bool:
+        """Write the status if it changed; False after a 409 (the next pass looks again)."""
+        meta = autoscaler["metadata"]
+        cached_rv = str(meta.get("resourceVersion") or "")
+        before = dict(autoscaler.get("status") or {})
+        rv = cached_rv
+        if memory.written is not None and memory.written[0] == cached_rv:
+            rv = memory.written[1]  # our last write is not in the cache yet
+            if memory.last_status is not None:
+                before = dict(memory.last_status)
+        fields, conditions = build_status(before, given, now_text)
+        fields["conditions"] = merge_conditions(before.get("conditions"), conditions, now_text)
+        if _same(before, fields):
+            return True
+        try:
+            new_rv = await self.writer.write_status(autoscaler, fields, rv)
+        except Conflict:
+            return False
+        memory.written = (cached_rv, new_rv)
+        memory.last_status = fields
+        return True
+
+    def _emit(self, autoscaler: KubeObject, type_: str, reason: str, note: str) -> None:
+        if self.recorder is not None:
+            self.recorder.event(autoscaler, type_, reason, note)
+
+    def _event(
+        self,
+        autoscaler: KubeObject,
+        type_: str,
+        reason: str,
+        note: str,
+        memory: AutoscalerMemory,
+        *,
+        key: str,
+    ) -> None:
+        """An event for a failure, once per distinct failure (not every sync)."""
+        marker = f"{key}:{note}"
+        if memory.failure == marker:
+            return
+        memory.failure = marker
+        self._emit(autoscaler, type_, reason, note)
+
+
+def _same(before: Mapping[str, Any], fields: Mapping[str, Any]) -> bool:
+    return all(before.get(k) == v for k, v in fields.items())
+
+
+def setup(mgr: Manager, settings: Settings | None = None, workers: int = 1) -> Controller:
+    """Register the SandboxWarmPoolAutoscaler controller with a manager."""
+    settings = settings or Settings()
+    autoscalers = mgr.get_informer(SANDBOX_WARM_POOL_AUTOSCALERS)
+    pools = mgr.get_informer(SANDBOX_WARM_POOLS)
+    reconciler = AutoscalerReconciler(
+        mgr.client,
+        autoscalers,
+        mgr.get_informer(SANDBOX_CLAIMS),
+        mgr.get_informer(SANDBOXES),
+        pools,
+        mgr.event_recorder(REPORTING_CONTROLLER),
+        settings,
+    )
+    controller = (
+        ControllerBuilder(mgr)
+        .named(CONTROLLER_NAME)
+        .for_(SANDBOX_WARM_POOL_AUTOSCALERS)
+        # the pool's spec (replicas: another writer), not its every status write
+        .watches(SANDBOX_WARM_POOLS, reconciler.for_pool, predicates=[GenerationChangedPredicate()])
+        .workers(workers)
+        .with_min_interval(settings.min_interval)
+        .complete(reconciler)
+    )
+    reconciler.enqueue = controller.enqueue
+    return controller

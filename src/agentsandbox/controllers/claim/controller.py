@@ -1,0 +1,445 @@
+"""The SandboxClaim controller: observe (caches) -> decide (:mod:`.claim_plan`) -> act.
+
+A claim gets exactly one Sandbox: one it already controls, else a ready sandbox adopted from a
+warm pool, else a cold one built from the template. Then its status names that sandbox, its pod
+IPs, and forwards the sandbox's Ready condition, in one write.
+
+What keeps one sandbox from serving two claims, or one claim from getting two sandboxes:
+
+- the adoption is a single merge patch carrying the sandbox's ``resourceVersion``: the apiserver
+  applies it only to the exact version we vetted, so two claims (two workers, or two controller
+  processes) racing for the same sandbox cannot both win; the loser moves to the next candidate;
+- before adopting or creating, the claim looks for any sandbox it already controls (an informer
+  index on the controller UID), and for what this process or the claim's status says it holds
+  (read from the API when the cache does not show it yet): a pass that crashed after the adoption
+  write, or a cache that lags, never leads to a second adoption;
+- a claim found controlling several sandboxes (only possible with two un-elected controllers)
+  keeps the one its status names and deletes the others with a UID precondition.
+
+Terminal reasons (``TemplateNotFound``, ``WarmPoolNotFound``) are written only after a GET
+against the API (not the cache) answered 404, and only for a claim that has no sandbox yet.
+
+The act step is split: this module reconciles (expiry, the status write, the first-Ready
+observability) and :mod:`.claim_act` provides (:class:`~.claim_act.ClaimProvider`: find the
+sandbox a claim controls, adopt a warm one, create a cold one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from agentsandbox.api import keys
+from agentsandbox.api.conditions import find_condition
+from agentsandbox.api.owners import controller_of
+from agentsandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
+from agentsandbox.controllers.claim import metrics as claim_metrics
+from agentsandbox.controllers.claim import tracing
+from agentsandbox.controllers.claim.act import (
+    MAX_ADOPTION_ATTEMPTS,
+    MAX_ADOPTION_LOOKS,
+    SPREAD,
+    ClaimProvider,
+    _controlled_by,
+)
+from agentsandbox.controllers.claim.handlers import ClaimWatches
+from agentsandbox.controllers.claim.plan import (
+    EVENT_CLAIM_EXPIRED,
+    EVENT_QUOTA_EXCEEDED,
+    POLICY_DELETE,
+    POLICY_DELETE_FOREGROUND,
+    REASON_CLAIM_EXPIRED,
+    REASON_CREATE_PENDING,
+    REASON_QUOTA_EXCEEDED,
+    REASON_RECONCILER_ERROR,
+    REASON_TEMPLATE_NOT_FOUND,
+    REASON_WARM_POOL_NOT_FOUND,
+    SANDBOX_NOT_OWNED,
+    ClaimFailure,
+    claim_status,
+    expiry,
+    ready_condition,
+    shutdown_policy,
+    status_patch,
+    with_ready,
+    with_status,
+)
+from agentsandbox.kube.client import Client
+from agentsandbox.kube.controller import (
+    RETRY_WITHIN,
+    Controller,
+    ControllerBuilder,
+    Request,
+    Result,
+)
+from agentsandbox.kube.errors import Conflict, KubeError, NotFound
+from agentsandbox.kube.events import EventRecorder
+from agentsandbox.kube.informer import Informer
+from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.resources import NETWORKPOLICIES
+from agentsandbox.kube.store import KubeObject
+
+log = logging.getLogger("agentsandbox.claim")
+
+CONTROLLER_NAME = "sandboxclaim"
+
+MISSING_RECHECK = 60.0  # a missing template or pool: look again (its creation re-queues too)
+CREATE_PENDING_RECHECK = 0.2
+CONFLICT_RECHECK = 0.2
+EXPIRED_RECHECK = 0.001  # the clean-up pass right after Ready=ClaimExpired is written
+QUOTA_RECHECK = 10.0  # a create refused by a ResourceQuota: retry at this pace, no backoff
+
+
+class RetryLater(KubeError):
+    """A claim that cannot be served yet for a reason already in its status: retry with
+    backoff (one log line, like an API error)."""
+
+
+class ClaimReconciler(ClaimProvider):
+    """Serves each SandboxClaim with exactly one Sandbox, warm when it can."""
+
+    def __init__(
+        self,
+        client: Client,
+        claims: Informer,
+        sandboxes: Informer,
+        pools: Informer,
+        templates: Informer,
+        recorder: EventRecorder | None,
+        clock: Callable[[], float] = time.time,
+        *,
+        events: bool = True,
+        observability_annotations: bool = True,
+        networkpolicies: Informer | None = None,
+    ) -> None:
+        self.client = client
+        self.events = events
+        self.observability_annotations = observability_annotations
+        self.networkpolicies = networkpolicies
+        # "<ns>/<claim>" -> (claim UID, when this process first saw it): the controller-measured
+        # start of a claim until its first Ready (upstream's observedTimes)
+        self._observed: dict[str, tuple[str, float]] = {}
+        self.claims = claims
+        self.sandboxes = sandboxes
+        self.pools = pools
+        self.templates = templates
+        self.recorder = recorder
+        self.clock = clock
+        # "<ns>/<claim>" -> (claim UID, sandbox name) this process adopted or created for it,
+        # until the cache shows it: a pass that follows our own write must not miss it
+        self._bound: dict[str, tuple[str, str]] = {}
+        # the warm queue, the indexes and the template/pool -> claims mappings
+        self.watches = ClaimWatches(claims, sandboxes, pools, templates)
+        self.queue = self.watches.queue
+        self.claims_for_pool = self.watches.claims_for_pool
+        self.claims_for_template = self.watches.claims_for_template
+
+    # ---------------------------------------------------------------- reconcile
+    @tracing.reconcile_span
+    async def reconcile(self, req: Request) -> Result | None:
+        key = str(req)
+        claim = self.claims.get(req.name, req.namespace)
+        if claim is None:
+            self._bound.pop(key, None)
+            self._observed.pop(key, None)
+            return None
+        if claim["metadata"].get("deletionTimestamp"):
+            return None
+        await self._remove_legacy_network_policy(claim)
+        now = self.clock()
+        claim = self._with_first_observed(key, claim, now)
+        expired, left = expiry(claim, now)
+        if expired and _ready_reason(claim) != REASON_CLAIM_EXPIRED:
+            return await self._mark_expired(claim, now)  # made visible before anything is deleted
+        if expired and shutdown_policy(claim) in (POLICY_DELETE, POLICY_DELETE_FOREGROUND):
+            await self._delete_expired_claim(claim)
+            return None
+        sandbox: KubeObject | None = None
+        failure: ClaimFailure | None = None
+        error: KubeError | None = None
+        try:
+            if expired:
+                sandbox = await self._retire(claim)
+            else:
+                sandbox = await self.find_existing(claim)
+                if sandbox is None:
+                    sandbox = await self.provide(claim)
+        except ClaimFailure as f:
+            failure = f
+        except KubeError as err:
+            failure, error = ClaimFailure(REASON_RECONCILER_ERROR, str(err), terminal=False), err
+        status = claim_status(claim, sandbox, failure, now, expired)
+        if not expired:
+            # the Finished condition just mirrored may start a TTL that is already over
+            expired, left = expiry(with_status(claim, status), now)
+            if expired:
+                status = claim_status(with_status(claim, status), sandbox, failure, now, True)
+        try:
+            written = await self.write_status(claim, status)
+        except KubeError as err:
+            raise _bounded(error or err, left) from (err if error else None)
+        if (
+            written
+            and _ready_status(claim) != "True"
+            and _ready_status({"status": status}) == "True"
+        ):
+            await self._first_ready(key, with_status(claim, status), sandbox, now)
+        if (
+            written
+            and failure is not None
+            and failure.terminal
+            and _ready_reason(claim) != failure.reason
+        ):
+            # a problem only the user can fix: say it as an Event too, once per transition
+            self._event(claim, "Warning", failure.reason, failure.message, "Provisioning")
+        if written and expired and _ready_reason(claim) != REASON_CLAIM_EXPIRED:
+            self._event(claim, "Normal", EVENT_CLAIM_EXPIRED, "Claim expired", "Claim Expired")
+            return Result(requeue_after=EXPIRED_RECHECK)
+        if error is not None:
+            raise _bounded(error, left)
+        requeues = [] if left is None else [left]
+        if failure is not None:
+            if failure.reason == REASON_RECONCILER_ERROR:
+                raise _bounded(RetryLater(failure.message), left)  # reported; retried with backoff
+            if failure.reason in (REASON_TEMPLATE_NOT_FOUND, REASON_WARM_POOL_NOT_FOUND):
+                requeues.append(MISSING_RECHECK)
+            elif failure.reason == REASON_CREATE_PENDING:
+                requeues.append(CREATE_PENDING_RECHECK)
+            elif failure.reason == REASON_QUOTA_EXCEEDED:
+                self._event(claim, "Warning", EVENT_QUOTA_EXCEEDED, failure.message, "Provisioning")
+                requeues.append(QUOTA_RECHECK)
+        if not written:
+            requeues.append(CONFLICT_RECHECK)
+        return Result(requeue_after=min(requeues)) if requeues else None
+
+    async def _remove_legacy_network_policy(self, claim: KubeObject) -> None:
+        """Spec §5.4 step 2: older releases made a NetworkPolicy per claim; delete it if this
+        claim controls it (read from the cache; errors are logged, never fatal)."""
+        if self.networkpolicies is None:
+            return
+        meta = claim["metadata"]
+        name = f"{meta['name']}-network-policy"
+        policy = self.networkpolicies.get(name, meta["namespace"])
+        ref = controller_of(policy) if policy is not None else None
+        if policy is None or ref is None or ref.get("kind") != "SandboxClaim":
+            return
+        if ref.get("uid") != meta["uid"]:
+            return
+        try:
+            await self.client.delete(
+                NETWORKPOLICIES, name, meta["namespace"], uid=policy["metadata"]["uid"]
+            )
+        except (NotFound, Conflict):
+            pass
+        except KubeError as err:
+            log.warning(
+                "could not delete the legacy NetworkPolicy %s: %s",
+                name,
+                err,
+                extra={"claim": f"{meta['namespace']}/{meta['name']}"},
+            )
+
+    # ---------------------------------------------------------------- observability
+    def _with_first_observed(self, key: str, claim: KubeObject, now: float) -> KubeObject:
+        """The claim with its controller-first-observed-at annotation: the persisted one, else
+        when this process first saw it (written with the first-Ready annotations, one write)."""
+        uid = claim["metadata"]["uid"]
+        seen = self._observed.get(key)
+        if seen is None or seen[0] != uid:
+            seen = self._observed[key] = (uid, now)
+        added = claim_metrics.controller_first_observed(claim, seen[1])
+        if not added:
+            return claim
+        meta = claim["metadata"]
+        return {
+            **claim,
+            "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}), **added}},
+        }
+
+    @tracing.ready_span
+    async def _first_ready(
+        self, key: str, claim: KubeObject, sandbox: KubeObject | None, now: float
+    ) -> None:
+        """The claim's Ready just turned True: record the startup latencies once, and persist
+        the guard annotations so that no restart or other replica counts it again."""
+        self._observed.pop(key, None)
+        annotations = claim_metrics.first_ready_annotations(claim, now)
+        claim_metrics.observe_first_ready(claim, sandbox, now)
+        if not self.observability_annotations:
+            return
+        meta = claim["metadata"]
+        first = meta.get("annotations", {}).get(keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT)
+        original = self.claims.get(meta["name"], meta["namespace"]) or claim
+        if first and keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT not in (
+            original["metadata"].get("annotations") or {}
+        ):
+            annotations[keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT] = first
+        if not annotations:
+            return
+        try:
+            await self.client.patch(
+                SANDBOX_CLAIMS,
+                meta["name"],
+                {"metadata": {"annotations": annotations}},
+                meta["namespace"],
+            )
+        except KubeError as err:  # the metric is recorded; a lost guard only risks a recount
+            log.warning(
+                "could not write the claim's observability annotations: %s",
+                err,
+                extra={"claim": key},
+            )
+
+    # ---------------------------------------------------------------- expiry
+    async def _mark_expired(self, claim: KubeObject, now: float) -> Result:
+        """Spec §5.4 step 8: Ready=False/ClaimExpired first, then (next pass) the clean-up."""
+        status = with_ready(claim, ready_condition(claim, None, None, expired=True), now)
+        if not await self.write_status(claim, status):
+            return Result(requeue_after=CONFLICT_RECHECK)
+        self._event(claim, "Normal", EVENT_CLAIM_EXPIRED, "Claim expired", "Claim Expired")
+        return Result(requeue_after=EXPIRED_RECHECK)
+
+    async def _delete_expired_claim(self, claim: KubeObject) -> None:
+        """Spec §5.4 step 9: shutdownPolicy Delete/DeleteForeground deletes the claim itself (its
+        sandbox follows by garbage collection)."""
+        meta = claim["metadata"]
+        policy = shutdown_policy(claim)
+        self._event(
+            claim,
+            "Normal",
+            EVENT_CLAIM_EXPIRED,
+            f"Deleting Claim (ShutdownPolicy={policy})",
+            "Deleting",
+        )
+        with contextlib.suppress(NotFound, Conflict):
+            await self.client.delete(
+                SANDBOX_CLAIMS,
+                meta["name"],
+                meta["namespace"],
+                uid=meta["uid"],
+                propagation_policy="Foreground" if policy == POLICY_DELETE_FOREGROUND else None,
+            )
+
+    async def _retire(self, claim: KubeObject) -> KubeObject | None:
+        """Spec §5.8 ``reconcileExpired`` (Retain): delete the claim's sandbox, never another's."""
+        meta = claim["metadata"]
+        ns = meta["namespace"]
+        name = ((claim.get("status") or {}).get("sandbox") or {}).get("name") or meta["name"]
+        sb = await self._get(SANDBOXES, self.sandboxes, name, ns)
+        if sb is None:
+            return None
+        if not _controlled_by(sb, meta["uid"]):
+            raise ClaimFailure(
+                SANDBOX_NOT_OWNED,
+                f'sandbox not owned by this claim: sandbox "{name}" is not owned by claim '
+                f'"{meta["name"]}"',
+            )
+        if not sb["metadata"].get("deletionTimestamp"):
+            with contextlib.suppress(NotFound):
+                await self.client.delete(
+                    SANDBOXES,
+                    name,
+                    ns,
+                    uid=sb["metadata"]["uid"],
+                    propagation_policy="Background",
+                )
+        return sb
+
+    # ---------------------------------------------------------------- status
+    @tracing.status_span
+    async def write_status(self, claim: KubeObject, status: Mapping[str, Any]) -> bool:
+        """One merge patch of the status, preconditioned on the claim's resourceVersion.
+        False when the claim changed under us (look again shortly)."""
+        patch = status_patch(claim.get("status") or {}, status)
+        if patch is None:
+            return True
+        meta = claim["metadata"]
+        body: dict[str, Any] = {
+            "metadata": {"resourceVersion": meta["resourceVersion"]},
+            "status": patch,
+        }
+        try:
+            await self.client.patch(
+                SANDBOX_CLAIMS, meta["name"], body, meta["namespace"], subresource="status"
+            )
+        except NotFound:
+            return True  # the claim is gone
+        except Conflict:
+            return False
+        return True
+
+
+def _ready_status(claim: Mapping[str, Any]) -> str | None:
+    cond = find_condition((claim.get("status") or {}).get("conditions"), "Ready")
+    return None if cond is None else cond.get("status")
+
+
+def _ready_reason(claim: KubeObject) -> str | None:
+    cond = find_condition((claim.get("status") or {}).get("conditions"), "Ready")
+    return None if cond is None else cond.get("reason")
+
+
+def _bounded(err: Exception, left: float | None) -> Exception:
+    """``err`` retried no later than the claim's expiry (backoff never postpones it)."""
+    if left is not None:
+        setattr(err, RETRY_WITHIN, max(left, 0.001))
+    return err
+
+
+def setup(
+    mgr: Manager,
+    workers: int = 1,
+    *,
+    events: bool = True,
+    observability_annotations: bool = True,
+) -> Controller:
+    """Register the SandboxClaim controller with a manager."""
+    claims = mgr.get_informer(SANDBOX_CLAIMS)
+    sandboxes = mgr.get_informer(SANDBOXES)
+    pools = mgr.get_informer(SANDBOX_WARM_POOLS)
+    templates = mgr.get_informer(SANDBOX_TEMPLATES)
+    reconciler = ClaimReconciler(
+        mgr.client,
+        claims,
+        sandboxes,
+        pools,
+        templates,
+        mgr.event_recorder("sandboxclaim-controller"),
+        events=events,
+        observability_annotations=observability_annotations,
+        networkpolicies=mgr.get_informer(NETWORKPOLICIES),
+    )
+    return (
+        ControllerBuilder(mgr)
+        .named(CONTROLLER_NAME)
+        .for_(SANDBOX_CLAIMS)
+        .owns(SANDBOXES)
+        .watches(SANDBOX_WARM_POOLS, reconciler.claims_for_pool)
+        .watches(SANDBOX_TEMPLATES, reconciler.claims_for_template)
+        .workers(workers)
+        .complete(reconciler)
+    )
+
+
+__all__ = [
+    "CONFLICT_RECHECK",
+    "CONTROLLER_NAME",
+    "CREATE_PENDING_RECHECK",
+    "EXPIRED_RECHECK",
+    "MAX_ADOPTION_ATTEMPTS",
+    "MAX_ADOPTION_LOOKS",
+    "MISSING_RECHECK",
+    "QUOTA_RECHECK",
+    "SPREAD",
+    "ClaimReconciler",
+    "RetryLater",
+    "setup",
+]

@@ -1,0 +1,122 @@
+"""SandboxClaim controller: the event side (controller-runtime's handler/source half).
+
+The informer indexes the claim controller reads through, the warm queue kept current from
+Sandbox, pool and template events (never a reconcile request: a claim never waits for warm
+capacity), and the mappings that re-queue unbound claims when the pool or template they name
+appears or changes.
+"""
+
+from __future__ import annotations
+
+from agentsandbox.controllers.claim.plan import adoptable, claim_source, pool_owner
+from agentsandbox.controllers.claim.warm_index import WarmQueue
+from agentsandbox.kube.controller import Request
+from agentsandbox.kube.informer import Informer
+from agentsandbox.kube.store import KubeObject, index_by_controller_uid
+
+OWNER_INDEX = "claim-controller-uid"  # sandboxes by the UID of their controller
+CLAIM_TEMPLATE_INDEX = "claim-template"  # claims by "<ns>/<template>"
+CLAIM_POOL_INDEX = "claim-pool"  # claims by "<ns>/<pool>" (warmPoolRef or a pool policy)
+POOL_TEMPLATE_INDEX = "claim-pool-template"  # pools by "<ns>/<template>"
+
+
+def _ns_key(obj: KubeObject, value: str | None) -> list[str]:
+    return [f"{obj['metadata'].get('namespace', '')}/{value}"] if value else []
+
+
+def claim_template_index(claim: KubeObject) -> list[str]:
+    return _ns_key(claim, claim_source(claim).template)
+
+
+def claim_pool_index(claim: KubeObject) -> list[str]:
+    return _ns_key(claim, claim_source(claim).pool)
+
+
+def pool_template_index(pool: KubeObject) -> list[str]:
+    return _ns_key(pool, ((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name"))
+
+
+def unbound(claim: KubeObject) -> bool:
+    """A live claim whose status names no sandbox yet."""
+    meta = claim["metadata"]
+    return not meta.get("deletionTimestamp") and not (
+        ((claim.get("status") or {}).get("sandbox") or {}).get("name")
+    )
+
+
+class ClaimWatches:
+    """Registers the indexes and event handlers on the shared informers; owns the warm queue."""
+
+    def __init__(
+        self, claims: Informer, sandboxes: Informer, pools: Informer, templates: Informer
+    ) -> None:
+        self.claims = claims
+        self.sandboxes = sandboxes
+        self.pools = pools
+        self.queue = WarmQueue()
+        sandboxes.add_index(OWNER_INDEX, index_by_controller_uid)
+        claims.add_index(CLAIM_TEMPLATE_INDEX, claim_template_index)
+        claims.add_index(CLAIM_POOL_INDEX, claim_pool_index)
+        pools.add_index(POOL_TEMPLATE_INDEX, pool_template_index)
+        sandboxes.add_handler(self._track, lambda _, new: self._track(new), self._untrack)
+        pools.add_handler(None, None, self._pool_deleted)
+        templates.add_handler(self._template_added, None, self._template_deleted)
+
+    # ---------------------------------------------------------------- the warm queue
+    def _track(self, sb: KubeObject) -> None:
+        meta = sb["metadata"]
+        pool = pool_owner(sb)
+        if pool is not None and adoptable(sb):
+            self.queue.add((meta.get("namespace", ""), pool), meta["name"])
+        else:
+            self.queue.remove(meta.get("namespace", ""), meta["name"])
+
+    def _untrack(self, sb: KubeObject) -> None:
+        meta = sb["metadata"]
+        self.queue.remove(meta.get("namespace", ""), meta["name"])
+
+    def _pool_deleted(self, pool: KubeObject) -> None:
+        meta = pool["metadata"]
+        self.queue.drop_queue((meta.get("namespace", ""), meta["name"]))
+
+    def pools_of_template(self, template: KubeObject) -> list[KubeObject]:
+        meta = template["metadata"]
+        return self.pools.by_index(
+            POOL_TEMPLATE_INDEX, f"{meta.get('namespace', '')}/{meta['name']}"
+        )
+
+    def _template_deleted(self, template: KubeObject) -> None:
+        for pool in self.pools_of_template(template):
+            self._pool_deleted(pool)
+
+    def _template_added(self, template: KubeObject) -> None:
+        """A template (re)appeared: queue its pools' adoptable sandboxes again."""
+        names = {p["metadata"]["name"] for p in self.pools_of_template(template)}
+        ns = template["metadata"].get("namespace", "")
+        if not names:
+            return
+        for sb in self.sandboxes.list():
+            if sb["metadata"].get("namespace") == ns and pool_owner(sb) in names:
+                self._track(sb)
+
+    # ---------------------------------------------------------------- mapping
+    def claims_for_pool(self, pool: KubeObject) -> list[Request]:
+        meta = pool["metadata"]
+        key = f"{meta.get('namespace', '')}/{meta['name']}"
+        return [
+            Request.from_object(c)
+            for c in self.claims.by_index(CLAIM_POOL_INDEX, key)
+            if unbound(c)
+        ]
+
+    def claims_for_template(self, template: KubeObject) -> list[Request]:
+        meta = template["metadata"]
+        ns = meta.get("namespace", "")
+        found = {
+            str(Request.from_object(c)): c
+            for c in self.claims.by_index(CLAIM_TEMPLATE_INDEX, f"{ns}/{meta['name']}")
+        }
+        for pool in self.pools_of_template(template):
+            for c in self.claims.by_index(CLAIM_POOL_INDEX, f"{ns}/{pool['metadata']['name']}"):
+                found[str(Request.from_object(c))] = c
+        return [Request.from_object(c) for c in found.values() if unbound(c)]

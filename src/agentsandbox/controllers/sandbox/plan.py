@@ -1,0 +1,269 @@
+"""Sandbox: the decision step (pure). Snapshot in, plan out; no I/O, no clock reads.
+
+Implements core spec §2 rule by rule: the two-pass expiry (§2.3, §2.8), the children in upstream's
+order PVCs -> Pod -> Service (§2.4), the status fields (§2.5) and the Ready / Suspended / Finished
+conditions with their exact reasons and messages (§2.6, §2.7).
+
+Every child decision is a small function of the snapshot, so that the act step can re-plan one
+child when the API tells it more than the cache did (a create answered ``AlreadyExists``: the
+object exists but is not in our label-scoped caches). The status is a function of what the child
+steps *returned*, so the act step recomputes it from the real outcome of its writes.
+
+The step is split by idea: :mod:`.sandbox_types` (the Snapshot, Plan and ChildStep types, the
+constants, the accessors), :mod:`.sandbox_children` (builders and the per-child decisions) and
+:mod:`.sandbox_status` (status, conditions, events). This module holds the expiry phases and
+:func:`plan`, and re-exports the others' names (tests and tools import them from here).
+
+Deliberate differences from upstream 35b9757f (see ``docs/sandbox-controller.md``):
+
+- an unowned Pod, PVC or Service is adopted only if it carries ``agents.x-k8s.io/adoptable:
+  "true"`` (upstream's later hijacking fix); otherwise it is left alone and reported;
+- the tracking label and the propagated-keys annotations are reserved: a pod template cannot
+  override or propagate them (upstream's later #894);
+- with ``spec.service`` unset a Service owned by someone else is ignored, not an error forever;
+- no pod is created while a PVC it would mount is someone else's (owned by another controller,
+  or its adoption refused): upstream creates it and so mounts a volume it refused to adopt;
+- a terminating pod is reported but not written to;
+- adopting a selector-less headless Service also relaxes the apiserver's ``RequireDualStack``
+  default to ``PreferDualStack`` (upstream's adoption is rejected on single-stack clusters).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from agentsandbox.api.conditions import CONDITION_READY, REASON_SANDBOX_EXPIRED, find_condition
+from agentsandbox.api.owners import Ownership, ownership
+from agentsandbox.controllers.sandbox.children import (
+    EXTENSION_POD_LABELS,
+    IP_FAMILY_PREFER_DUAL_STACK,
+    IP_FAMILY_REQUIRE_DUAL_STACK,
+    RESERVED_POD_ANNOTATIONS,
+    RESERVED_POD_LABELS,
+    _resolve_pod,
+    build_pod,
+    build_pvc,
+    build_service,
+    in_warm_pool,
+    plan_pod,
+    plan_pvc,
+    plan_pvcs,
+    plan_service,
+    pvc_name,
+)
+from agentsandbox.controllers.sandbox.status import (
+    MESSAGE_POD_DOES_NOT_EXIST,
+    MESSAGE_POD_EXISTS_WITH_PHASE,
+    MESSAGE_POD_READY_NO_IPS,
+    MESSAGE_POD_RUNNING_NOT_READY,
+    MESSAGE_SERVICE_MISSING_SUFFIX,
+    PHASE_FAILED,
+    PHASE_RUNNING,
+    PHASE_SUCCEEDED,
+    _expiry_event,
+    _with_expired_ready,
+    compute_status,
+    error_events,
+    finish,
+    is_first_pending_status,
+    ready_condition,
+    status_patch,
+)
+from agentsandbox.controllers.sandbox.types import (
+    DEFAULT_CLUSTER_DOMAIN,
+    EVENT_ADOPTED,
+    EVENT_ADOPTION_REFUSED,
+    EVENT_EXPIRED,
+    EVENT_POD_CREATED,
+    EVENT_POD_DELETED,
+    EVENT_POD_RECREATED,
+    EVENT_RECONCILER_ERROR,
+    IMMEDIATE_REQUEUE,
+    MIN_EXPIRY_REQUEUE,
+    NORMAL,
+    OPERATING_MODE_RUNNING,
+    OPERATING_MODE_SUSPENDED,
+    SHUTDOWN_POLICY_DELETE,
+    SHUTDOWN_POLICY_RETAIN,
+    WARNING,
+    WRAP_POD_DELETE,
+    WRAP_POD_UPDATE,
+    WRAP_PVC_ADOPT,
+    WRAP_SERVICE_ADOPT,
+    WRAP_SERVICE_DELETE,
+    WRAP_SERVICE_PATCH,
+    Action,
+    ChildStep,
+    Event,
+    ExpiryPlan,
+    Finish,
+    Obj,
+    Phase,
+    Plan,
+    PodPlan,
+    Snapshot,
+    _meta,
+    _spec,
+    _status,
+    is_terminating,
+    replicas_of,
+    shutdown_time,
+)
+
+__all__ = [
+    "DEFAULT_CLUSTER_DOMAIN",
+    "EVENT_ADOPTED",
+    "EVENT_ADOPTION_REFUSED",
+    "EVENT_EXPIRED",
+    "EVENT_POD_CREATED",
+    "EVENT_POD_DELETED",
+    "EVENT_POD_RECREATED",
+    "EVENT_RECONCILER_ERROR",
+    "EXTENSION_POD_LABELS",
+    "IMMEDIATE_REQUEUE",
+    "IP_FAMILY_PREFER_DUAL_STACK",
+    "IP_FAMILY_REQUIRE_DUAL_STACK",
+    "MESSAGE_POD_DOES_NOT_EXIST",
+    "MESSAGE_POD_EXISTS_WITH_PHASE",
+    "MESSAGE_POD_READY_NO_IPS",
+    "MESSAGE_POD_RUNNING_NOT_READY",
+    "MESSAGE_SERVICE_MISSING_SUFFIX",
+    "MIN_EXPIRY_REQUEUE",
+    "NORMAL",
+    "OPERATING_MODE_RUNNING",
+    "OPERATING_MODE_SUSPENDED",
+    "PHASE_FAILED",
+    "PHASE_RUNNING",
+    "PHASE_SUCCEEDED",
+    "RESERVED_POD_ANNOTATIONS",
+    "RESERVED_POD_LABELS",
+    "SHUTDOWN_POLICY_DELETE",
+    "SHUTDOWN_POLICY_RETAIN",
+    "WARNING",
+    "WRAP_POD_DELETE",
+    "WRAP_POD_UPDATE",
+    "WRAP_PVC_ADOPT",
+    "WRAP_SERVICE_ADOPT",
+    "WRAP_SERVICE_DELETE",
+    "WRAP_SERVICE_PATCH",
+    "Action",
+    "ChildStep",
+    "Event",
+    "ExpiryPlan",
+    "Finish",
+    "Obj",
+    "Phase",
+    "Plan",
+    "PodPlan",
+    "Snapshot",
+    "build_pod",
+    "build_pvc",
+    "build_service",
+    "compute_status",
+    "error_events",
+    "expired_status",
+    "expiry_phase",
+    "finish",
+    "in_warm_pool",
+    "is_first_pending_status",
+    "is_terminating",
+    "plan",
+    "plan_expiry",
+    "plan_pod",
+    "plan_pvc",
+    "plan_pvcs",
+    "plan_service",
+    "pvc_name",
+    "ready_condition",
+    "replicas_of",
+    "shutdown_time",
+    "status_patch",
+    "with_pod",
+    "with_pvc",
+    "with_service",
+]
+
+
+# ---------------------------------------------------------------------------------- expiry
+def expiry_phase(sandbox: Obj, now: datetime) -> Phase:
+    deadline = shutdown_time(sandbox)
+    if deadline is None or now < deadline:
+        return Phase.ACTIVE
+    ready = find_condition(_status(sandbox).get("conditions"), CONDITION_READY)
+    if ready is not None and ready.get("reason") == REASON_SANDBOX_EXPIRED:
+        return Phase.EXPIRED
+    return Phase.MARK_EXPIRED
+
+
+def plan_expiry(snap: Snapshot) -> ExpiryPlan:
+    """``handleSandboxExpiry``: the owned pod and Service go; PVCs stay (GC takes them)."""
+    uid = _meta(snap.sandbox)["uid"]
+    name, pod, _ = _resolve_pod(snap)
+    delete_pod = None
+    if pod is not None and ownership(pod, uid) is Ownership.OWNED and not is_terminating(pod):
+        delete_pod = ChildStep(Action.DELETE, name, uid=_meta(pod).get("uid"), wrap=WRAP_POD_DELETE)
+    svc = snap.service
+    delete_service = None
+    if svc is not None and ownership(svc, uid) is Ownership.OWNED and not is_terminating(svc):
+        delete_service = ChildStep(
+            Action.DELETE, _meta(svc)["name"], uid=_meta(svc).get("uid"), wrap=WRAP_SERVICE_DELETE
+        )
+    policy = _spec(snap.sandbox).get("shutdownPolicy") or SHUTDOWN_POLICY_RETAIN
+    return ExpiryPlan(delete_pod, delete_service, policy == SHUTDOWN_POLICY_DELETE)
+
+
+def expired_status(snap: Snapshot) -> dict[str, Any]:
+    """Retain: only the conditions survive, with Ready=False/SandboxExpired (§2.8 step 4)."""
+    conditions = _status(snap.sandbox).get("conditions") or []
+    return _with_expired_ready({"conditions": conditions}, snap.sandbox, snap.now)
+
+
+# ---------------------------------------------------------------------------------- plan
+def plan(snap: Snapshot) -> Plan:
+    """One reconcile pass of a Sandbox that exists and is not being deleted."""
+    sandbox = snap.sandbox
+    phase = expiry_phase(sandbox, snap.now)
+    if phase is Phase.MARK_EXPIRED:
+        status = _with_expired_ready(_status(sandbox), sandbox, snap.now)
+        return Plan(
+            phase, status=status, requeue_after=IMMEDIATE_REQUEUE, events=(_expiry_event(sandbox),)
+        )
+    if phase is Phase.EXPIRED:
+        expiry = plan_expiry(snap)
+        retained = None if expiry.delete_sandbox else expired_status(snap)
+        return Plan(phase, expiry=expiry, status=retained)
+
+    pvcs = plan_pvcs(snap)
+    pod = plan_pod(snap, [s.name for s in pvcs if s.error])
+    service = plan_service(snap)
+    steps = (*pvcs, pod.step, service)
+    errors = [(s.error, s.refused) for s in steps if s.error]
+    messages = [message for message, _ in errors]
+    status = compute_status(snap, pod.step.result, service.result, messages, snap.now)
+    done = finish(snap, status, snap.now)
+    events = [s.event for s in steps if s.event is not None and not s.error]
+    events.extend(error_events(errors))
+    return Plan(
+        phase,
+        pvcs=pvcs,
+        pod=pod,
+        service=service,
+        status=done.status,
+        requeue_after=done.requeue_after,
+        events=(*events, *done.events),
+    )
+
+
+def with_pod(snap: Snapshot, pod: Obj) -> Snapshot:
+    """The snapshot with ``pod`` known (read from the API after a create said it exists)."""
+    return replace(snap, pods={**snap.pods, _meta(pod)["name"]: pod})
+
+
+def with_service(snap: Snapshot, service: Obj) -> Snapshot:
+    return replace(snap, service=service)
+
+
+def with_pvc(snap: Snapshot, pvc: Obj) -> Snapshot:
+    return replace(snap, pvcs={**snap.pvcs, _meta(pvc)["name"]: pvc})

@@ -1,0 +1,315 @@
+"""Sandbox: what the decision step reports (pure): status, conditions and events.
+
+The status fields (core spec §2.5), the Ready / Suspended / Finished conditions with their exact
+reasons and messages (§2.6, §2.7), the re-check of expiry at the end of an active pass, the
+merge patch of the status, and the Warnings for a pass's errors. The status is a function of
+what the child steps *returned*, so the act step recomputes it from the real outcome of its
+writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+from agentsandbox.api.conditions import (
+    CONDITION_FINISHED,
+    CONDITION_READY,
+    CONDITION_SUSPENDED,
+    FALSE,
+    MESSAGE_ERROR_PREFIX,
+    MESSAGE_POD_FAILED,
+    MESSAGE_POD_NOT_TERMINATED,
+    MESSAGE_POD_READY,
+    MESSAGE_POD_SUCCEEDED,
+    MESSAGE_POD_TERMINATED,
+    MESSAGE_SANDBOX_EXPIRED,
+    MESSAGE_SANDBOX_SUSPENDED,
+    MESSAGE_SANDBOX_SUSPENDING,
+    MESSAGE_SERVICE_EXISTS_SUFFIX,
+    REASON_DEPENDENCIES_NOT_READY,
+    REASON_DEPENDENCIES_READY,
+    REASON_POD_FAILED,
+    REASON_POD_NOT_TERMINATED,
+    REASON_POD_SUCCEEDED,
+    REASON_POD_TERMINATED,
+    REASON_RECONCILER_ERROR,
+    REASON_SANDBOX_EXPIRED,
+    REASON_SANDBOX_SUSPENDED,
+    TRUE,
+    Condition,
+    find_condition,
+    make_condition,
+    remove_status_condition,
+    set_status_condition,
+)
+from agentsandbox.api.equality import semantic_equal
+from agentsandbox.api.hashing import sandbox_selector
+from agentsandbox.controllers.sandbox.types import (
+    EVENT_ADOPTION_REFUSED,
+    EVENT_EXPIRED,
+    EVENT_RECONCILER_ERROR,
+    IMMEDIATE_REQUEUE,
+    MIN_EXPIRY_REQUEUE,
+    NORMAL,
+    SHUTDOWN_POLICY_DELETE,
+    SHUTDOWN_POLICY_RETAIN,
+    WARNING,
+    Event,
+    Finish,
+    Obj,
+    Snapshot,
+    _meta,
+    _spec,
+    _status,
+    replicas_of,
+    shutdown_time,
+)
+
+__all__ = [
+    "MESSAGE_POD_DOES_NOT_EXIST",
+    "MESSAGE_POD_EXISTS_WITH_PHASE",
+    "MESSAGE_POD_READY_NO_IPS",
+    "MESSAGE_POD_RUNNING_NOT_READY",
+    "MESSAGE_SERVICE_MISSING_SUFFIX",
+    "PHASE_FAILED",
+    "PHASE_RUNNING",
+    "PHASE_SUCCEEDED",
+    "compute_status",
+    "error_events",
+    "finish",
+    "is_first_pending_status",
+    "ready_condition",
+    "status_patch",
+]
+
+PHASE_RUNNING: Final = "Running"
+PHASE_SUCCEEDED: Final = "Succeeded"
+PHASE_FAILED: Final = "Failed"
+
+MESSAGE_POD_DOES_NOT_EXIST: Final = "Pod does not exist"
+MESSAGE_POD_EXISTS_WITH_PHASE: Final = "Pod exists with phase: "
+MESSAGE_POD_RUNNING_NOT_READY: Final = "Pod is Running but not Ready"
+MESSAGE_POD_READY_NO_IPS: Final = "Pod is Ready but has no podIPs yet"
+MESSAGE_SERVICE_MISSING_SUFFIX: Final = "; Service does not exist"
+
+
+# ---------------------------------------------------------------------------------- events
+def error_events(errors: Sequence[tuple[str, bool]]) -> list[Event]:
+    """Warnings for a pass's errors, given as (message, refused adoption?): one
+    ``AdoptionRefused`` per refused child, one ``ReconcilerError`` for the rest."""
+    out = [
+        Event(WARNING, EVENT_ADOPTION_REFUSED, msg, "Adopt") for msg, refused in errors if refused
+    ]
+    others = [msg for msg, refused in errors if not refused]
+    if others:
+        out.append(Event(WARNING, EVENT_RECONCILER_ERROR, "\n".join(others)))
+    return out
+
+
+# ---------------------------------------------------------------------------------- status
+def ready_condition(
+    replicas: int,
+    pod: Obj | None,
+    service_required: bool,
+    service_present: bool,
+    errors: Sequence[str],
+    generation: int | None = None,
+) -> Condition:
+    """The Ready condition, in upstream's priority order (§2.6)."""
+    if errors:
+        message = MESSAGE_ERROR_PREFIX + "\n".join(errors)
+        return make_condition(CONDITION_READY, FALSE, REASON_RECONCILER_ERROR, message, generation)
+    if replicas == 0:
+        message = MESSAGE_SANDBOX_SUSPENDING if pod is not None else MESSAGE_SANDBOX_SUSPENDED
+        return make_condition(CONDITION_READY, FALSE, REASON_SANDBOX_SUSPENDED, message, generation)
+    pod_ready = False
+    if pod is None:
+        message = MESSAGE_POD_DOES_NOT_EXIST
+    else:
+        status = _status(pod)
+        phase = status.get("phase") or ""
+        message = MESSAGE_POD_EXISTS_WITH_PHASE + phase
+        if phase == PHASE_RUNNING:
+            message = MESSAGE_POD_RUNNING_NOT_READY
+            ready = find_condition(status.get("conditions"), "Ready")
+            if ready is not None and ready.get("status") == TRUE:
+                if status.get("podIPs"):
+                    message, pod_ready = MESSAGE_POD_READY, True
+                else:
+                    message = MESSAGE_POD_READY_NO_IPS
+    service_ok = True
+    if service_required:
+        service_ok = service_present
+        message += (
+            MESSAGE_SERVICE_EXISTS_SUFFIX if service_present else MESSAGE_SERVICE_MISSING_SUFFIX
+        )
+    if pod_ready and service_ok:
+        return make_condition(CONDITION_READY, TRUE, REASON_DEPENDENCIES_READY, message, generation)
+    return make_condition(
+        CONDITION_READY, FALSE, REASON_DEPENDENCIES_NOT_READY, message, generation
+    )
+
+
+def _expired_condition(generation: int | None) -> Condition:
+    return make_condition(
+        CONDITION_READY, FALSE, REASON_SANDBOX_EXPIRED, MESSAGE_SANDBOX_EXPIRED, generation
+    )
+
+
+def _generation(sandbox: Obj) -> int | None:
+    value = _meta(sandbox).get("generation")
+    return int(value) if value is not None else None
+
+
+def _compact(status: Mapping[str, Any]) -> dict[str, Any]:
+    """``omitempty``: drop nulls, empty strings and lists, and ``replicas: 0``."""
+    return {
+        k: v
+        for k, v in status.items()
+        if v not in (None, "", [], {}) and not (k == "replicas" and v == 0)
+    }
+
+
+def compute_status(
+    snap: Snapshot,
+    pod: Obj | None,
+    service: Obj | None,
+    errors: Sequence[str],
+    now: datetime,
+) -> dict[str, Any]:
+    """The status after an active pass, from what the child steps returned (§2.5-§2.7)."""
+    sandbox = snap.sandbox
+    meta = _meta(sandbox)
+    old = _status(sandbox)
+    generation = _generation(sandbox)
+    replicas = replicas_of(sandbox)
+    status: dict[str, Any] = dict(old)
+
+    if pod is not None:
+        status["replicas"] = 1
+        status["selector"] = sandbox_selector(meta["name"])
+        ips = [p.get("ip") for p in _status(pod).get("podIPs") or () if p.get("ip")]
+        status["podIPs"] = ips or None
+    else:
+        status["replicas"] = 0
+        status["podIPs"] = None  # selector is kept (quirk reproduced)
+
+    if service is not None:
+        name = _meta(service).get("name") or meta["name"]
+        status["service"] = name
+        status["serviceFQDN"] = f"{name}.{meta.get('namespace')}.svc.{snap.cluster_domain}"
+    else:
+        status["service"] = None
+        status["serviceFQDN"] = None
+
+    desired_service = _spec(sandbox).get("service")
+    required = bool(desired_service) if desired_service is not None else service is not None
+    conditions: list[Condition] = [dict(c) for c in old.get("conditions") or ()]
+    if replicas == 0:
+        suspended = (
+            make_condition(
+                CONDITION_SUSPENDED,
+                FALSE,
+                REASON_POD_NOT_TERMINATED,
+                MESSAGE_POD_NOT_TERMINATED,
+                generation,
+            )
+            if pod is not None
+            else make_condition(
+                CONDITION_SUSPENDED,
+                TRUE,
+                REASON_POD_TERMINATED,
+                MESSAGE_POD_TERMINATED,
+                generation,
+            )
+        )
+        conditions, _ = set_status_condition(conditions, suspended, now)
+    phase = _status(pod).get("phase") if pod is not None else None
+    if phase == PHASE_SUCCEEDED:
+        finished = make_condition(
+            CONDITION_FINISHED, TRUE, REASON_POD_SUCCEEDED, MESSAGE_POD_SUCCEEDED, generation
+        )
+        conditions, _ = set_status_condition(conditions, finished, now)
+    elif phase == PHASE_FAILED:
+        finished = make_condition(
+            CONDITION_FINISHED, TRUE, REASON_POD_FAILED, MESSAGE_POD_FAILED, generation
+        )
+        conditions, _ = set_status_condition(conditions, finished, now)
+    else:
+        conditions, _ = remove_status_condition(conditions, CONDITION_FINISHED)
+    # Ready last: a new list gets upstream's insertion order Suspended, Finished, Ready
+    ready = ready_condition(replicas, pod, required, service is not None, errors, generation)
+    conditions, _ = set_status_condition(conditions, ready, now)
+    status["conditions"] = conditions
+    return _compact(status)
+
+
+def _with_expired_ready(status: Mapping[str, Any], sandbox: Obj, now: datetime) -> dict[str, Any]:
+    out = dict(status)
+    out["conditions"], _ = set_status_condition(
+        status.get("conditions"), _expired_condition(_generation(sandbox)), now
+    )
+    return _compact(out)
+
+
+def _expiry_event(sandbox: Obj) -> Event:
+    spec = _spec(sandbox)
+    policy = spec.get("shutdownPolicy") or SHUTDOWN_POLICY_RETAIN
+    what = (
+        "deleting the Sandbox"
+        if policy == SHUTDOWN_POLICY_DELETE
+        else "deleting its pod and service, keeping the Sandbox"
+    )
+    return Event(
+        NORMAL,
+        EVENT_EXPIRED,
+        f"Sandbox reached its shutdownTime {spec.get('shutdownTime')}; "
+        f"shutdownPolicy {policy}: {what}",
+        "Expire",
+    )
+
+
+def finish(snap: Snapshot, status: Mapping[str, Any], now: datetime) -> Finish:
+    """End of an active pass: re-check expiry with a fresh ``now`` (§2.3 step 7)."""
+    deadline = shutdown_time(snap.sandbox)
+    if deadline is None:
+        return Finish(dict(status), None, False)
+    if now < deadline:
+        remaining = (deadline - now).total_seconds()
+        return Finish(dict(status), max(remaining, MIN_EXPIRY_REQUEUE), False)
+    expired = _with_expired_ready(status, snap.sandbox, now)
+    return Finish(expired, IMMEDIATE_REQUEUE, True, (_expiry_event(snap.sandbox),))
+
+
+def is_first_pending_status(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """``new`` would be the Sandbox's first status and only says its pod is on its way.
+
+    True when ``old`` has no Ready condition (no status was written yet) and ``new``'s Ready is
+    False with reason ``DependenciesNotReady`` (no error, not suspended, not expired). The
+    Sandbox controller holds such a write back for a moment after creating the pod: a pod that
+    becomes Ready in that time gets one status write (Ready) instead of two (a deliberate
+    deviation, docs/sandbox-controller.md).
+    """
+    if find_condition(old.get("conditions"), CONDITION_READY) is not None:
+        return False
+    ready = find_condition(new.get("conditions"), CONDITION_READY)
+    return (
+        ready is not None
+        and ready.get("status") == FALSE
+        and ready.get("reason") == REASON_DEPENDENCIES_NOT_READY
+    )
+
+
+def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A JSON merge patch turning status ``old`` into ``new`` (None when they are equal).
+
+    Changed keys carry their new value, dropped keys null; ``conditions`` is replaced whole.
+    """
+    old_c, new_c = _compact(old), _compact(new)
+    if semantic_equal(old_c, new_c):
+        return None
+    diff: dict[str, Any] = {k: v for k, v in new_c.items() if old_c.get(k) != v}
+    diff.update({k: None for k in old_c if k not in new_c})
+    return {"status": diff} if diff else None
