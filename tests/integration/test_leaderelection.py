@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
+from agentsandbox.kube.builder import ControllerBuilder
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.controller import ControllerBuilder, Request, Result
 from agentsandbox.kube.leaderelection import LeaderElector, format_micro_time
 from agentsandbox.kube.manager import LeaderElectionLost, Manager
+from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.resources import CONFIGMAPS, LEASES
 
 from .runtime_helpers import eventually, sample
