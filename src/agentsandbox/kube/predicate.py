@@ -62,57 +62,49 @@ def _meta(obj: KubeObject) -> dict[str, Any]:
     return meta
 
 
-class GenerationChangedPredicate:
+def _generation_changed(old: KubeObject, new: KubeObject) -> bool:
+    return _meta(old).get("generation") != _meta(new).get("generation")
+
+
+def _resource_version_changed(old: KubeObject, new: KubeObject) -> bool:
+    return _meta(old).get("resourceVersion") != _meta(new).get("resourceVersion")
+
+
+def _labels_changed(old: KubeObject, new: KubeObject) -> bool:
+    return (_meta(old).get("labels") or {}) != (_meta(new).get("labels") or {})
+
+
+def _annotations_changed(old: KubeObject, new: KubeObject) -> bool:
+    return (_meta(old).get("annotations") or {}) != (_meta(new).get("annotations") or {})
+
+
+class GenerationChangedPredicate(PredicateFuncs):
     """Passes updates only when ``metadata.generation`` changed (a spec change), skipping
     status and metadata-only writes. Creates and deletes pass."""
 
-    def create(self, obj: KubeObject) -> bool:
-        return True
-
-    def update(self, old: KubeObject, new: KubeObject) -> bool:
-        return _meta(old).get("generation") != _meta(new).get("generation")
-
-    def delete(self, obj: KubeObject) -> bool:
-        return True
+    def __init__(self) -> None:
+        super().__init__(on_update=_generation_changed)
 
 
-class ResourceVersionChangedPredicate:
+class ResourceVersionChangedPredicate(PredicateFuncs):
     """Passes updates only when the resourceVersion changed (drops resync re-deliveries)."""
 
-    def create(self, obj: KubeObject) -> bool:
-        return True
-
-    def update(self, old: KubeObject, new: KubeObject) -> bool:
-        return _meta(old).get("resourceVersion") != _meta(new).get("resourceVersion")
-
-    def delete(self, obj: KubeObject) -> bool:
-        return True
+    def __init__(self) -> None:
+        super().__init__(on_update=_resource_version_changed)
 
 
-class LabelChangedPredicate:
+class LabelChangedPredicate(PredicateFuncs):
     """Passes updates only when the labels changed."""
 
-    def create(self, obj: KubeObject) -> bool:
-        return True
-
-    def update(self, old: KubeObject, new: KubeObject) -> bool:
-        return (_meta(old).get("labels") or {}) != (_meta(new).get("labels") or {})
-
-    def delete(self, obj: KubeObject) -> bool:
-        return True
+    def __init__(self) -> None:
+        super().__init__(on_update=_labels_changed)
 
 
-class AnnotationChangedPredicate:
+class AnnotationChangedPredicate(PredicateFuncs):
     """Passes updates only when the annotations changed."""
 
-    def create(self, obj: KubeObject) -> bool:
-        return True
-
-    def update(self, old: KubeObject, new: KubeObject) -> bool:
-        return (_meta(old).get("annotations") or {}) != (_meta(new).get("annotations") or {})
-
-    def delete(self, obj: KubeObject) -> bool:
-        return True
+    def __init__(self) -> None:
+        super().__init__(on_update=_annotations_changed)
 
 
 class LabelSelectorPredicate:
