@@ -51,7 +51,7 @@ from agentsandbox.api.resources import (
     SANDBOXES,
 )
 from agentsandbox.controllers.claim.plan import pool_owner
-from agentsandbox.kube import client as kube_client
+from agentsandbox.kube import transport as kube_transport
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.config import load_kubeconfig
 from agentsandbox.kube.informer import Informer
@@ -63,7 +63,7 @@ SMOKE: dict[str, Any] = {"pool": 4, "claims": 3, "rate": 10.0, "cap_seconds": 12
 POOL = "pool"
 TEMPLATE = "tpl"
 # count_by keeps the first word of the user agent
-OUR_AGENT = kube_client._USER_AGENT.split(" ")[0]
+OUR_AGENT = kube_transport._USER_AGENT.split(" ")[0]
 LOADGEN_AGENT = "agentsandbox-bench-loadgen/p6"
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 CLAIM_RESOURCES = ("sandboxes", "sandboxclaims")

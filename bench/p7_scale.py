@@ -38,7 +38,7 @@ from agentsandbox.api.conditions import is_sandbox_ready
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
 from agentsandbox.controllers.claim.plan import pool_owner
 from agentsandbox.controllers.warmpool.controller import CONTROLLER_NAME as POOL_CONTROLLER
-from agentsandbox.kube import client as kube_client
+from agentsandbox.kube import transport as kube_transport
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.informer import Informer
@@ -69,7 +69,7 @@ TEMPLATE = "tpl"
 # grows (an unindexed cache), apart from the 20 pools' own growth
 PROBE = "probe"
 PROBE_REPLICAS = 10
-OUR_AGENT = kube_client._USER_AGENT.split(" ")[0]
+OUR_AGENT = kube_transport._USER_AGENT.split(" ")[0]
 RSS_GOAL_MB = 300.0
 
 

@@ -17,7 +17,7 @@ import yaml
 from kubernetes_asyncio.client import Configuration
 
 from agentsandbox.kube import metrics
-from agentsandbox.kube.client import Client, PatchType, WatchEvent
+from agentsandbox.kube.client import Client, PatchType
 from agentsandbox.kube.config import (
     AuthProvider,
     ClusterConfig,
@@ -44,6 +44,7 @@ from agentsandbox.kube.resources import (
     PODS,
     Resource,
 )
+from agentsandbox.kube.watch import WatchEvent
 
 from .auth_helpers import ca_file, service_account_token, whoami
 

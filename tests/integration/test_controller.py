@@ -9,15 +9,12 @@ from typing import Any
 
 import pytest
 
+from agentsandbox.kube.builder import ControllerBuilder
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.controller import (
-    ControllerBuilder,
-    GenerationChangedPredicate,
-    Request,
-    Result,
-)
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.predicate import GenerationChangedPredicate
+from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.resources import CONFIGMAPS
 from agentsandbox.kube.workqueue import ItemExponentialFailureRateLimiter
 

@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 
+from agentsandbox.kube.builder import ControllerBuilder
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.controller import ControllerBuilder, Request, Result
-from agentsandbox.kube.leaderelection import LeaderElector, format_micro_time
+from agentsandbox.kube.leaderelection import LeaderElector
 from agentsandbox.kube.manager import LeaderElectionLost, Manager
+from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.resources import CONFIGMAPS, LEASES
+from agentsandbox.kube.timefmt import format_micro_time
 
 from .runtime_helpers import eventually, sample
 

@@ -12,9 +12,10 @@ import aiohttp
 import pytest
 
 from agentsandbox.devcluster import DevCluster
+from agentsandbox.kube.builder import ControllerBuilder
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.controller import ControllerBuilder, Request, Result
 from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.resources import CONFIGMAPS, LEASES
 
 from .runtime_helpers import TcpProxy, client_via, eventually, running

@@ -30,8 +30,8 @@ from prometheus_client import Counter
 from . import metrics
 from .client import Client, PatchType
 from .errors import KubeError, NotFound
-from .leaderelection import format_micro_time
 from .resources import EVENTS
+from .timefmt import format_micro_time
 
 __all__ = [
     "EVENTS_DROPPED",

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from . import metrics
-from .client import Client, WatchEvent, WatchStream
+from .client import Client
 from .errors import ApiConnectionError, Gone, KubeError
 from .resources import Resource
 from .store import IndexFunc, KubeObject, Store
+from .watch import WatchEvent, WatchStream
 
 __all__ = [
     "AddHandler",

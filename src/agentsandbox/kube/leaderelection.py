@@ -30,14 +30,13 @@ from . import metrics
 from .client import Client
 from .errors import AlreadyExists, Conflict, KubeError, NotFound
 from .resources import LEASES
+from .timefmt import format_micro_time
 
 __all__ = [
     "JITTER_FACTOR",
     "LeaderElectionRecord",
     "LeaderElector",
     "default_identity",
-    "format_micro_time",
-    "parse_micro_time",
 ]
 
 log = logging.getLogger(__name__)
@@ -49,20 +48,6 @@ JITTER_FACTOR = 1.2
 def default_identity() -> str:
     """``hostname_uuid``, unique per process, as controller-runtime names its candidates."""
     return f"{socket.gethostname()}_{uuid.uuid4()}"
-
-
-def format_micro_time(moment: datetime.datetime) -> str:
-    """A ``metav1.MicroTime``: RFC 3339 with microseconds, in UTC."""
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_micro_time(text: str | None) -> datetime.datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from agentsandbox.kube.controller import Controller, Request, Result, retry_within
+from agentsandbox.kube.controller import Controller
+from agentsandbox.kube.reconcile import Request, Result, retry_within
 from agentsandbox.kube.workqueue import ItemExponentialFailureRateLimiter
 
 

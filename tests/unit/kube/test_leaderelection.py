@@ -1,27 +1,13 @@
-"""Leader election pieces without a cluster: the Lease record, times, timing validation."""
+"""Leader election pieces without a cluster: the Lease record, identities, timing validation."""
 
 from __future__ import annotations
 
-import datetime
 from typing import cast
 
 import pytest
 
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.leaderelection import (
-    LeaderElectionRecord,
-    LeaderElector,
-    default_identity,
-    format_micro_time,
-    parse_micro_time,
-)
-
-
-def test_micro_time_is_rfc3339_with_microseconds_in_utc() -> None:
-    moment = datetime.datetime(2025, 3, 4, 5, 6, 7, 89, tzinfo=datetime.UTC)
-    assert format_micro_time(moment) == "2025-03-04T05:06:07.000089Z"
-    assert parse_micro_time("2025-03-04T05:06:07.000089Z") == moment
-    assert parse_micro_time(None) is None and parse_micro_time("garbage") is None
+from agentsandbox.kube.leaderelection import LeaderElectionRecord, LeaderElector, default_identity
 
 
 def test_record_round_trips_through_a_lease_spec() -> None:

@@ -12,8 +12,9 @@ import aiohttp
 import pytest
 
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.controller import Controller, Request, Result
+from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.manager import Manager, parse_bind_address
+from agentsandbox.kube.reconcile import Request, Result
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentsandbox.kube import metrics
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.controller import Controller, Request, Result
+from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.leaderelection import LeaderElector
+from agentsandbox.kube.reconcile import Request, Result
 
 # controller-runtime v0.23.3, ReconcileTime: copied from the Go source, not computed.
 GO_RECONCILE_TIME_BUCKETS = [

@@ -66,17 +66,14 @@ from agentsandbox.controllers.autoscaler.rules import (
     merge_conditions,
 )
 from agentsandbox.controllers.autoscaler.source import Windows
-from agentsandbox.kube.controller import (
-    Controller,
-    ControllerBuilder,
-    GenerationChangedPredicate,
-    Request,
-    Result,
-)
+from agentsandbox.kube.builder import ControllerBuilder
+from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.errors import Conflict, KubeError
 from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.predicate import GenerationChangedPredicate
+from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.store import KubeObject
 
 log = logging.getLogger("agentsandbox.autoscaler")

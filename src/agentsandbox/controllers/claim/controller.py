@@ -72,18 +72,14 @@ from agentsandbox.controllers.claim.plan import (
     with_ready,
     with_status,
 )
+from agentsandbox.kube.builder import ControllerBuilder
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.controller import (
-    RETRY_WITHIN,
-    Controller,
-    ControllerBuilder,
-    Request,
-    Result,
-)
+from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.errors import Conflict, KubeError, NotFound
 from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.reconcile import RETRY_WITHIN, Request, Result
 from agentsandbox.kube.resources import NETWORKPOLICIES
 from agentsandbox.kube.store import KubeObject
 

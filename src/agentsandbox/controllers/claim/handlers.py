@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from agentsandbox.controllers.claim.plan import adoptable, claim_source, pool_owner
 from agentsandbox.controllers.claim.warm_index import WarmQueue
-from agentsandbox.kube.controller import Request
 from agentsandbox.kube.informer import Informer
+from agentsandbox.kube.reconcile import Request
 from agentsandbox.kube.store import KubeObject, index_by_controller_uid
 
 OWNER_INDEX = "claim-controller-uid"  # sandboxes by the UID of their controller

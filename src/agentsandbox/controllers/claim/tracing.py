@@ -31,8 +31,8 @@ from agentsandbox.api import keys
 from agentsandbox.api.conditions import find_condition
 from agentsandbox.controllers.claim.plan import status_patch
 from agentsandbox.kube import tracing as kt
-from agentsandbox.kube.controller import Request, Result
 from agentsandbox.kube.informer import Informer
+from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.store import KubeObject
 
 SPAN_RECONCILE = "ReconcileSandboxClaim"

@@ -56,19 +56,16 @@ from agentsandbox.controllers.sandbox.types import (
     PodPlan,
     Snapshot,
 )
+from agentsandbox.kube.builder import ControllerBuilder
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.controller import (
-    Controller,
-    ControllerBuilder,
-    LabelSelectorPredicate,
-    Request,
-    Result,
-    api_group,
-)
+from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.errors import AlreadyExists, ApiError, KubeError, NotFound
 from agentsandbox.kube.events import EventRecorder
+from agentsandbox.kube.handler import api_group
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.predicate import LabelSelectorPredicate
+from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.resources import PERSISTENTVOLUMECLAIMS, PODS, SERVICES, Resource
 from agentsandbox.kube.store import KubeObject
 

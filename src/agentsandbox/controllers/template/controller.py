@@ -34,12 +34,14 @@ from agentsandbox.controllers.template.plan import (
     template_for_network_policy,
 )
 from agentsandbox.controllers.warmpool.controller import ReconcileErrors
+from agentsandbox.kube.builder import ControllerBuilder
 from agentsandbox.kube.client import Client, PatchType
-from agentsandbox.kube.controller import Controller, ControllerBuilder, Request, Result
+from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.errors import AlreadyExists, ApiError, Conflict, KubeError, NotFound
 from agentsandbox.kube.events import WARNING, EventRecorder
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.resources import NETWORKPOLICIES
 from agentsandbox.kube.store import KubeObject
 

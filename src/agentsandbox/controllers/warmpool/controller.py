@@ -45,13 +45,15 @@ from agentsandbox.controllers.warmpool.plan import (
     not_progressing_reason,
     plan,
 )
+from agentsandbox.kube.builder import ControllerBuilder
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.controller import Controller, ControllerBuilder, Request, Result
+from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.errors import KubeError
 from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.expectations import Expectations
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.store import KubeObject, index_by_controller_uid
 
 log = logging.getLogger("agentsandbox.warmpool")

@@ -26,8 +26,8 @@ from agentsandbox.controllers.autoscaler.rules import (
     arbitrate,
 )
 from agentsandbox.controllers.autoscaler.source import Windows, claim_keys
-from agentsandbox.kube.controller import Request
 from agentsandbox.kube.errors import Conflict, NotFound
+from agentsandbox.kube.reconcile import Request
 from agentsandbox.kube.resources import Resource
 from tests.unit.fakes import FakeInformer
 

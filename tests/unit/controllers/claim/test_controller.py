@@ -30,7 +30,7 @@ from agentsandbox.controllers.claim.controller import (
     RetryLater,
 )
 from agentsandbox.controllers.claim.warm_index import WarmQueue
-from agentsandbox.kube.controller import Request, Result
+from agentsandbox.kube.reconcile import Request, Result
 from tests.unit.fakes import FakeApi, FakeInformer, FakeRecorder
 
 NS = "default"

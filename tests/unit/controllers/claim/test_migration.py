@@ -30,7 +30,7 @@ from agentsandbox.controllers.claim.plan import (
     claim_source,
     migrated_v1alpha1_spec,
 )
-from agentsandbox.kube.controller import Result
+from agentsandbox.kube.reconcile import Result
 from tests.unit.controllers.claim.test_controller import (
     NS,
     Harness,

@@ -20,8 +20,8 @@ from agentsandbox.api import keys
 from agentsandbox.api.resources import SANDBOXES
 from agentsandbox.controllers.sandbox.controller import SandboxReconcileError, SandboxReconciler
 from agentsandbox.controllers.sandbox.plan import plan
-from agentsandbox.kube.controller import Request, retry_within
 from agentsandbox.kube.errors import AlreadyExists, Conflict, InternalError, KubeError, NotFound
+from agentsandbox.kube.reconcile import Request, retry_within
 from agentsandbox.kube.resources import PERSISTENTVOLUMECLAIMS, PODS, SERVICES, Resource
 from tests.unit.controllers.sandbox.test_plan import (
     NOW,

@@ -40,7 +40,7 @@ from agentsandbox.controllers.sandbox.plan import (
     replicas_of,
     status_patch,
 )
-from agentsandbox.kube.controller import Request
+from agentsandbox.kube.reconcile import Request
 
 NOW = datetime(2026, 5, 21, 10, 0, 0, tzinfo=UTC)
 NS = "default"

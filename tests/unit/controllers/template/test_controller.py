@@ -30,8 +30,8 @@ from agentsandbox.controllers.template.plan import (
     plan,
     template_for_network_policy,
 )
-from agentsandbox.kube.controller import Request, Result
 from agentsandbox.kube.errors import Conflict, InternalError, Invalid, NotFound
+from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.resources import NETWORKPOLICIES, Resource
 from tests.unit.fakes import FakeApi, FakeInformer, FakeRecorder
 

@@ -34,7 +34,6 @@ from agentsandbox.controllers.warmpool.plan import (
     Settings,
 )
 from agentsandbox.kube import metrics as kube_metrics
-from agentsandbox.kube.controller import Request, Result
 from agentsandbox.kube.errors import (
     AlreadyExists,
     ApiConnectionError,
@@ -44,6 +43,7 @@ from agentsandbox.kube.errors import (
     KubeError,
     NotFound,
 )
+from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.resources import Resource
 from tests.unit.fakes import FakeInformer, FakeRecorder
 
