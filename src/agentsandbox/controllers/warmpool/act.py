@@ -89,20 +89,6 @@ def named(blueprint: Mapping[str, Any]) -> dict[str, Any]:
     return {**blueprint, "metadata": {**meta, "name": name, "annotations": annotations}}
 
 
-class ReconcileErrors(ApiError):
-    """Several API errors from one reconcile, reported together (one log line)."""
-
-    def __init__(self, errors: list[BaseException]) -> None:
-        first = next((e for e in errors if isinstance(e, ApiError)), None)
-        text = "; ".join(str(e) for e in errors)
-        super().__init__(
-            first.status if first else 0,
-            first.reason if first else "Aggregate",
-            f"{len(errors)} error(s): {text}",
-        )
-        self.errors = errors
-
-
 # What a delete came to. A Conflict means the sandbox changed (a claim adopting it, a status
 # write) or is no longer the object we saw: the normal case of a race, so look again.
 DELETED, GONE, CONFLICT, FAILED = "deleted", "gone", "conflict", "failed"
@@ -469,6 +455,5 @@ __all__ = [
     "LOST_EVENT_RECHECK",
     "Outcome",
     "PoolWriter",
-    "ReconcileErrors",
     "named",
 ]

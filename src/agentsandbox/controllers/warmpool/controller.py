@@ -24,6 +24,7 @@ from agentsandbox.api.kinds import SANDBOX_WARM_POOL, TEMPLATE_REF_FIELD
 from agentsandbox.api.owners import controller_of
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
 from agentsandbox.api.timefmt import parse_rfc3339
+from agentsandbox.controllers.common.errors import ReconcileErrors
 from agentsandbox.controllers.common.podcache import pod_informer
 from agentsandbox.controllers.warmpool.act import (
     CONFLICT_RECHECK,
@@ -32,7 +33,6 @@ from agentsandbox.controllers.warmpool.act import (
     LOST_EVENT_RECHECK,
     Outcome,
     PoolWriter,
-    ReconcileErrors,
     named,
 )
 from agentsandbox.controllers.warmpool.metrics import TIME_TO_READY, remove_series
@@ -384,7 +384,6 @@ __all__ = [
     "EVENT_NOT_PROGRESSING",
     "EVENT_RELEASED",
     "FIELD_MANAGER",
-    "ReconcileErrors",
     "WarmPoolReconciler",
     "named",
     "setup",

@@ -24,9 +24,10 @@ from agentsandbox.api.defaults import apply_sandbox_secure_defaults
 from agentsandbox.api.hashing import name_hash, pod_template_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_WARM_POOL
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
+from agentsandbox.controllers.common.errors import ReconcileErrors
 from agentsandbox.controllers.warmpool import act as wa
 from agentsandbox.controllers.warmpool import controller as wp
-from agentsandbox.controllers.warmpool.controller import ReconcileErrors, WarmPoolReconciler
+from agentsandbox.controllers.warmpool.controller import WarmPoolReconciler
 from agentsandbox.controllers.warmpool.plan import (
     EVENT_NOT_PROGRESSING,
     EVENT_PROGRESSING,
