@@ -16,7 +16,7 @@ import logging
 import secrets
 from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentsandbox.api import keys
 from agentsandbox.api.kinds import SANDBOX_WARM_POOL
@@ -28,6 +28,7 @@ from agentsandbox.api.owners import (
 )
 from agentsandbox.api.resources import SANDBOX_WARM_POOLS, SANDBOXES
 from agentsandbox.controllers.common.batch import BatchCancelled, slow_start_batch
+from agentsandbox.controllers.warmpool.memory import PoolMemory
 from agentsandbox.controllers.warmpool.metrics import (
     ADOPTIONS,
     CREATES,
@@ -56,9 +57,6 @@ from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.expectations import Expectations
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.store import KubeObject
-
-if TYPE_CHECKING:
-    from agentsandbox.controllers.warmpool.controller import PoolMemory
 
 log = logging.getLogger("agentsandbox.warmpool")
 

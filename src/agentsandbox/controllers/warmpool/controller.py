@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from agentsandbox.api import keys
 from agentsandbox.api.conditions import find_condition, is_sandbox_ready
@@ -35,6 +35,7 @@ from agentsandbox.controllers.warmpool.act import (
     PoolWriter,
     named,
 )
+from agentsandbox.controllers.warmpool.memory import PoolMemory, RefillBucket
 from agentsandbox.controllers.warmpool.metrics import TIME_TO_READY, remove_series
 from agentsandbox.controllers.warmpool.plan import (
     EVENT_NOT_PROGRESSING,
@@ -65,53 +66,6 @@ CONTROLLER_NAME = "sandboxwarmpool"
 POOL_INDEX = "warm-pool"  # sandboxes by "<namespace>/<pool name hash>"
 CONTROLLER_INDEX = "warm-pool-controller"  # sandboxes by their controller's UID
 TEMPLATE_INDEX = TEMPLATE_REF_FIELD  # pools by "<namespace>/<template name>"
-
-
-@dataclass
-class PoolMemory:
-    """What the reconciler remembers about one pool between passes (lost on restart; each
-    piece degrades to the seed's behaviour when empty)."""
-
-    uid: str
-    held: frozenset[str] = frozenset()
-    pod_missing_since: dict[str, float] = field(default_factory=dict)
-    # the not-progressing reason last announced by an event (None: progressing)
-    reported: str | None = None
-    warned_strategy: str | None = None
-    # replenish delay (see warmpool_plan.Snapshot): members kept by the last pass, when a
-    # departure was last first seen, replacements still waiting
-    members: frozenset[str] | None = None
-    missing_since: float | None = None
-    owed: int = 0
-    refill: RefillBucket | None = None
-
-
-@dataclass
-class RefillBucket:
-    """``--sandbox-warm-pool-max-refill-rate``: a pool's token bucket. It refills at ``rate``
-    tokens per second up to ``max(1, rate)``, starts full, and each create takes one token. The
-    time comes from the reconciler's (injectable) clock."""
-
-    rate: float
-    tokens: float
-    last: float
-
-    @classmethod
-    def full(cls, rate: float, now: float) -> RefillBucket:
-        return cls(rate, max(1.0, rate), now)
-
-    @property
-    def capacity(self) -> float:
-        return max(1.0, self.rate)
-
-    def available(self, now: float) -> float:
-        if now > self.last:
-            self.tokens = min(self.capacity, self.tokens + (now - self.last) * self.rate)
-            self.last = now
-        return self.tokens
-
-    def take(self, n: int) -> None:
-        self.tokens -= n
 
 
 def pool_index(sb: KubeObject) -> list[str]:
