@@ -23,7 +23,8 @@ from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_CLAIM, SANDBOX_WARM_POOL
 from agentsandbox.api.owners import controller_of, controller_reference
 from agentsandbox.api.timefmt import parse_rfc3339
-from agentsandbox.controllers.warmpool.plan import RECREATE, is_sandbox_stale, update_strategy
+from agentsandbox.controllers.warmpool.blueprint import is_sandbox_stale
+from agentsandbox.controllers.warmpool.plan import RECREATE, update_strategy
 
 Obj = Mapping[str, Any]
 
