@@ -27,6 +27,11 @@ from agentsandbox.api.resources import (
 )
 from agentsandbox.controllers.claim import metrics as claim_metrics
 from agentsandbox.controllers.claim import tracing
+from agentsandbox.controllers.claim.claimed_sandbox import (
+    adoption_patch,
+    cold_sandbox,
+    validate_additional_metadata,
+)
 from agentsandbox.controllers.claim.handlers import OWNER_INDEX, ClaimWatches
 from agentsandbox.controllers.claim.plan import (
     EVENT_ADOPTED,
@@ -41,14 +46,11 @@ from agentsandbox.controllers.claim.plan import (
     ClaimFailure,
     Source,
     adoptable,
-    adoption_patch,
     candidate_problem,
     claim_source,
-    cold_sandbox,
     forces_cold_start,
     pick_kept,
     pool_owner,
-    validate_additional_metadata,
 )
 from agentsandbox.controllers.claim.warm_index import WarmQueue
 from agentsandbox.kube.client import Client

@@ -1066,7 +1066,8 @@ def test_env_injection_follows_the_template_policy(
     policy: str, template_env: list[tuple[str, str]], claim_env: list[tuple[str, str]], result: Any
 ) -> None:
     """Upstream's env table (spec §5.7)."""
-    from agentsandbox.controllers.claim.plan import ClaimFailure, inject_env
+    from agentsandbox.controllers.claim.claimed_sandbox import inject_env
+    from agentsandbox.controllers.claim.plan import ClaimFailure
 
     spec = {
         "containers": [{"name": "app", "env": [{"name": n, "value": v} for n, v in template_env]}]
@@ -1082,7 +1083,8 @@ def test_env_injection_follows_the_template_policy(
 
 
 def test_env_targeted_at_a_container_goes_there_only_and_init_containers_are_reachable() -> None:
-    from agentsandbox.controllers.claim.plan import ClaimFailure, inject_env
+    from agentsandbox.controllers.claim.claimed_sandbox import inject_env
+    from agentsandbox.controllers.claim.plan import ClaimFailure
 
     spec: dict[str, Any] = {
         "initContainers": [{"name": "setup"}],

@@ -18,7 +18,7 @@ from agentsandbox.api import keys
 from agentsandbox.api.defaults import apply_sandbox_secure_defaults
 from agentsandbox.api.hashing import name_hash, pod_template_hash, sandbox_blueprint_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_WARM_POOL
-from agentsandbox.controllers.claim.plan import adoption_patch, cold_sandbox
+from agentsandbox.controllers.claim.claimed_sandbox import adoption_patch, cold_sandbox
 from agentsandbox.controllers.warmpool.blueprint import (
     build_blueprint,
     is_sandbox_stale,
