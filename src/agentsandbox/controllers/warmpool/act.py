@@ -104,18 +104,36 @@ class Outcome:
 
 
 class PoolWriter:
-    """The act step of the warm pool reconciler (it sets these attributes)."""
+    """The act step of the warm pool reconciler, which holds one: every write a pool's plan
+    asks for. ``expectations`` are shared with the reconciler (raised here before each write,
+    lowered by its event handlers); ``sandboxes`` is the cache :meth:`resolve_doubts` looks in
+    first."""
 
-    client: Client
-    recorder: EventRecorder | None
-    expectations: Expectations
-    # set when the controller shuts down: slow-start batches stop between two batches
-    stopping: asyncio.Event | None
-    # pool UID -> set once the pool is deleted (or being deleted): its create batch stops
-    _gone: dict[str, asyncio.Event]
-    # pool UID -> names of creates a connection error left unknown (see resolve_doubts)
-    _in_doubt: dict[str, set[str]]
-    sandboxes: Informer
+    def __init__(
+        self,
+        client: Client,
+        recorder: EventRecorder | None,
+        expectations: Expectations,
+        sandboxes: Informer,
+    ) -> None:
+        self.client = client
+        self.recorder = recorder
+        self.expectations = expectations
+        self.sandboxes = sandboxes
+        # pool UID -> set once the pool is deleted (or being deleted): its create batch stops
+        self._gone: dict[str, asyncio.Event] = {}
+        # pool UID -> names of creates a connection error left unknown (see resolve_doubts)
+        self._in_doubt: dict[str, set[str]] = {}
+
+    def pool_gone(self, uid: str) -> None:
+        """The pool is deleted (or being deleted): its running create batch stops at once."""
+        gone = self._gone.pop(uid, None)
+        if gone is not None:
+            gone.set()
+
+    def forget(self, uid: str) -> None:
+        """Drop the creates in doubt of a pool that is gone."""
+        self._in_doubt.pop(uid, None)
 
     async def adopt(
         self, pool: KubeObject, orphans: Iterable[Mapping[str, Any]], outcome: Outcome
@@ -176,9 +194,18 @@ class PoolWriter:
                     action="Release",
                 )
 
-    async def act(self, pool: KubeObject, p: Plan, outcome: Outcome | None = None) -> Outcome:
+    async def act(
+        self,
+        pool: KubeObject,
+        p: Plan,
+        outcome: Outcome | None = None,
+        *,
+        stop: asyncio.Event | None = None,
+    ) -> Outcome:
         """Stale deletes, stuck deletes, then creates or excess deletes (adoptions come first,
-        in :meth:`adopt`). Every delete carries the UID and resourceVersion we decided on."""
+        in :meth:`adopt`). Every delete carries the UID and resourceVersion we decided on.
+        ``stop`` (set when the controller shuts down) ends slow-start batches between two
+        batches."""
         outcome = outcome if outcome is not None else Outcome()
         meta = pool["metadata"]
         ns, name, uid = meta["namespace"], meta["name"], meta.get("uid", "")
@@ -194,7 +221,7 @@ class PoolWriter:
                 await self._delete(pool, sb, reason, outcome)
 
         if p.create and p.blueprint is not None:
-            await self._create(pool, p.create, p.blueprint, outcome)
+            await self._create(pool, p.create, p.blueprint, outcome, stop)
 
         if p.delete_excess:
             victims = p.delete_excess
@@ -207,7 +234,7 @@ class PoolWriter:
                     raise _BatchStop()
 
             try:
-                await slow_start_batch(len(victims), 1, delete, stop=self.stopping)
+                await slow_start_batch(len(victims), 1, delete, stop=stop)
             finally:  # also on cancellation: what was never sent will never be observed
                 for i, v in enumerate(victims):
                     if i not in attempted:
@@ -215,7 +242,12 @@ class PoolWriter:
         return outcome
 
     async def _create(
-        self, pool: KubeObject, count: int, blueprint: Mapping[str, Any], outcome: Outcome
+        self,
+        pool: KubeObject,
+        count: int,
+        blueprint: Mapping[str, Any],
+        outcome: Outcome,
+        stop: asyncio.Event | None,
     ) -> None:
         meta = pool["metadata"]
         ns, name, uid = meta["namespace"], meta["name"], meta.get("uid", "")
@@ -249,7 +281,7 @@ class PoolWriter:
         try:
             # the batch (its creates wait in the client's rate limiter) is cancelled the moment
             # the pool is deleted: nothing is created for a pool that is gone
-            _, error = await _unless(gone, slow_start_batch(count, 1, create, stop=self.stopping))
+            _, error = await _unless(gone, slow_start_batch(count, 1, create, stop=stop))
         finally:  # failed, never sent, or cancelled: those creates will never be observed
             if ok + doubtful < count:
                 self.expectations.creation_failed(uid, count - ok - doubtful)

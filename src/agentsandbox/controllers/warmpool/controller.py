@@ -46,10 +46,8 @@ from agentsandbox.controllers.warmpool.plan import (
     not_progressing_reason,
     plan,
 )
-from agentsandbox.kube.client import Client
 from agentsandbox.kube.controller import Controller, ControllerBuilder, Request, Result
 from agentsandbox.kube.errors import KubeError
-from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.expectations import Expectations
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
@@ -91,29 +89,29 @@ def _pool_owner_uid(sb: KubeObject) -> str | None:
     return str(ref.get("uid") or "") or None
 
 
-class WarmPoolReconciler(PoolWriter):
-    """Keeps each SandboxWarmPool at ``spec.replicas`` ready sandboxes."""
+class WarmPoolReconciler:
+    """Keeps each SandboxWarmPool at ``spec.replicas`` ready sandboxes; ``writer`` makes the
+    writes (its expectations are the ones the event handlers here lower)."""
 
     def __init__(
         self,
-        client: Client,
         pools: Informer,
         sandboxes: Informer,
         templates: Informer,
         pods: Informer | None,
-        recorder: EventRecorder | None,
         settings: Settings | None = None,
         clock: Callable[[], float] = time.time,
+        *,
+        writer: PoolWriter,
     ) -> None:
-        self.client = client
+        self.writer = writer
         self.pools = pools
         self.sandboxes = sandboxes
         self.templates = templates
         self.pods = pods
-        self.recorder = recorder
         self.settings = settings or Settings()
         self.clock = clock
-        self.expectations = Expectations()
+        self.expectations = writer.expectations
         # set when the controller shuts down: slow-start batches stop between two batches
         self.stopping: asyncio.Event | None = None
         self._memory: dict[str, PoolMemory] = {}  # by "<namespace>/<pool name>"
@@ -122,9 +120,6 @@ class WarmPoolReconciler(PoolWriter):
         sandboxes.add_index(CONTROLLER_INDEX, index_by_controller_uid)
         pools.add_index(TEMPLATE_INDEX, template_index)
         sandboxes.add_handler(self._on_add, self._on_update, self._on_delete)
-        # pool UID -> set once the pool is deleted (or being deleted): its create batch stops
-        self._gone: dict[str, asyncio.Event] = {}
-        self._in_doubt: dict[str, set[str]] = {}
         add_pool_handler = getattr(pools, "add_handler", None)
         if add_pool_handler is not None:
             add_pool_handler(None, self._on_pool_update, self._on_pool_delete)
@@ -138,9 +133,7 @@ class WarmPoolReconciler(PoolWriter):
         self._pool_gone(pool["metadata"].get("uid", ""))
 
     def _pool_gone(self, uid: str) -> None:
-        gone = self._gone.pop(uid, None)
-        if gone is not None:
-            gone.set()
+        self.writer.pool_gone(uid)
 
     # ---------------------------------------------------------------- expectations observers
     def _on_add(self, sb: KubeObject) -> None:
@@ -194,7 +187,7 @@ class WarmPoolReconciler(PoolWriter):
         memory = self._memory.pop(key, None)
         if memory is not None:
             self.expectations.delete(memory.uid)
-            self._in_doubt.pop(memory.uid, None)
+            self.writer.forget(memory.uid)
 
     def _memory_of(self, key: str, pool: KubeObject) -> PoolMemory:
         uid = pool["metadata"].get("uid", "")
@@ -217,12 +210,12 @@ class WarmPoolReconciler(PoolWriter):
             return None
         memory = self._memory_of(key, pool)
         self._warn_unknown_strategy(key, pool, memory)
-        await self.resolve_doubts(pool)
+        await self.writer.resolve_doubts(pool)
         snap = self.observe(pool, memory)
         decision = plan(snap)
         outcome = Outcome()
-        await self.release(pool, decision.release, outcome)
-        skipped = await self.adopt(pool, decision.adopt, outcome)
+        await self.writer.release(pool, decision.release, outcome)
+        skipped = await self.writer.adopt(pool, decision.adopt, outcome)
         if skipped:  # a failed adoption is not counted (the seed's rule): decide again without it
             decision = plan(replace(snap, skip=snap.skip | skipped))
         memory.held = decision.held_uids
@@ -231,9 +224,9 @@ class WarmPoolReconciler(PoolWriter):
         memory.missing_since, memory.owed = decision.missing_since, decision.owed
         if memory.refill is not None:
             memory.refill.take(decision.create)
-        await self.act(pool, decision, outcome)
+        await self.writer.act(pool, decision, outcome, stop=self.stopping)
         try:
-            await self.write_status(pool, decision, outcome.create_error, memory)
+            await self.writer.write_status(pool, decision, outcome.create_error, memory)
         except KubeError as err:
             outcome.errors.append(err)
         if outcome.errors:
@@ -310,15 +303,10 @@ def setup(mgr: Manager, settings: Settings, workers: int = 1) -> Controller:
     sandboxes = mgr.get_informer(SANDBOXES)
     templates = mgr.get_informer(SANDBOX_TEMPLATES)
     pods = pod_informer(mgr)
-    reconciler = WarmPoolReconciler(
-        mgr.client,
-        pools,
-        sandboxes,
-        templates,
-        pods,
-        mgr.event_recorder("warmpool-controller"),
-        settings,
+    writer = PoolWriter(
+        mgr.client, mgr.event_recorder("warmpool-controller"), Expectations(), sandboxes
     )
+    reconciler = WarmPoolReconciler(pools, sandboxes, templates, pods, settings, writer=writer)
     controller = (
         ControllerBuilder(mgr)
         .named(CONTROLLER_NAME)

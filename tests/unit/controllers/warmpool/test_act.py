@@ -27,6 +27,7 @@ from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SA
 from agentsandbox.controllers.common.errors import ReconcileErrors
 from agentsandbox.controllers.warmpool import act as wa
 from agentsandbox.controllers.warmpool import controller as wp
+from agentsandbox.controllers.warmpool.act import PoolWriter
 from agentsandbox.controllers.warmpool.controller import WarmPoolReconciler
 from agentsandbox.controllers.warmpool.plan import (
     EVENT_NOT_PROGRESSING,
@@ -45,6 +46,7 @@ from agentsandbox.kube.errors import (
     KubeError,
     NotFound,
 )
+from agentsandbox.kube.expectations import Expectations
 from agentsandbox.kube.resources import Resource
 from tests.unit.fakes import FakeInformer, FakeRecorder
 
@@ -248,14 +250,18 @@ class Harness:
         self.templates, self.pods = FakeInformer(), FakeInformer()
         self.client, self.recorder, self.clock = FakeClient(), FakeRecorder(), Clock()
         self.reconciler = WarmPoolReconciler(
-            self.client,  # type: ignore[arg-type]
             self.pools,  # type: ignore[arg-type]
             self.sandboxes,  # type: ignore[arg-type]
             self.templates,  # type: ignore[arg-type]
             self.pods,  # type: ignore[arg-type]
-            self.recorder,  # type: ignore[arg-type]
             settings or Settings(),
             clock=self.clock,
+            writer=PoolWriter(
+                self.client,  # type: ignore[arg-type]
+                self.recorder,  # type: ignore[arg-type]
+                Expectations(),
+                self.sandboxes,  # type: ignore[arg-type]
+            ),
         )
         self.pools.put(p)
         if t is not None:
@@ -616,7 +622,7 @@ async def test_a_create_still_unanswered_after_the_retries_is_found_by_the_next_
     h = Harness(pool(1), t)
     client = LostAnswerClient()
     client.lose = 0
-    h.client = h.reconciler.client = client  # type: ignore[assignment]
+    h.client = h.reconciler.writer.client = client  # type: ignore[assignment]
     original = client.create
 
     async def done_then_unreachable(resource: Resource, obj: dict[str, Any], *a: Any) -> Any:
@@ -645,7 +651,7 @@ async def test_a_create_whose_answer_was_lost_is_sent_again_under_the_same_name(
     this pool controls means the lost create was done: one sandbox, counted, no error."""
     t = template()
     h = Harness(pool(1), t)
-    h.client = h.reconciler.client = LostAnswerClient()  # type: ignore[assignment]
+    h.client = h.reconciler.writer.client = LostAnswerClient()  # type: ignore[assignment]
     await h.reconcile()
     creates = [d["name"] for v, _, d in h.client.calls if v == "create"]
     assert len(creates) == 2 and creates[0] == creates[1]
@@ -660,7 +666,7 @@ async def test_already_exists_on_a_retry_for_someone_elses_sandbox_picks_another
     t = template()
     h = Harness(pool(1), t)
     client = LostAnswerClient()
-    h.client = h.reconciler.client = client  # type: ignore[assignment]
+    h.client = h.reconciler.writer.client = client  # type: ignore[assignment]
     original = client.create
 
     async def create(resource: Resource, obj: dict[str, Any], *a: Any, **kw: Any) -> Any:
