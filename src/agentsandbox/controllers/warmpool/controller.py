@@ -18,27 +18,21 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from agentsandbox.api import keys
-from agentsandbox.api.conditions import find_condition, is_sandbox_ready
+from agentsandbox.api.conditions import is_sandbox_ready
 from agentsandbox.api.hashing import name_hash
-from agentsandbox.api.kinds import SANDBOX_WARM_POOL, TEMPLATE_REF_FIELD
-from agentsandbox.api.owners import controller_of
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
-from agentsandbox.api.timefmt import parse_rfc3339
 from agentsandbox.controllers.common.errors import ReconcileErrors
 from agentsandbox.controllers.common.podcache import pod_informer
 from agentsandbox.controllers.warmpool.act import (
     CONFLICT_RECHECK,
-    EVENT_RELEASED,
-    FIELD_MANAGER,
     LOST_EVENT_RECHECK,
     Outcome,
     PoolWriter,
-    named,
 )
+from agentsandbox.controllers.warmpool.handlers import CONTROLLER_INDEX, POOL_INDEX, PoolWatches
 from agentsandbox.controllers.warmpool.memory import PoolMemory, RefillBucket
-from agentsandbox.controllers.warmpool.metrics import TIME_TO_READY, remove_series
+from agentsandbox.controllers.warmpool.metrics import remove_series
 from agentsandbox.controllers.warmpool.plan import (
-    EVENT_NOT_PROGRESSING,
     ON_REPLENISH,
     RECREATE,
     Settings,
@@ -51,7 +45,7 @@ from agentsandbox.kube.errors import KubeError
 from agentsandbox.kube.expectations import Expectations
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
-from agentsandbox.kube.store import KubeObject, index_by_controller_uid
+from agentsandbox.kube.store import KubeObject
 
 log = logging.getLogger("agentsandbox.warmpool")
 
@@ -61,32 +55,6 @@ log = logging.getLogger("agentsandbox.warmpool")
 # wait for it (they adopt through the claim controller); a refill starts at most this much later.
 POOL_PASS_INTERVAL = 0.1
 CONTROLLER_NAME = "sandboxwarmpool"
-POOL_INDEX = "warm-pool"  # sandboxes by "<namespace>/<pool name hash>"
-CONTROLLER_INDEX = "warm-pool-controller"  # sandboxes by their controller's UID
-TEMPLATE_INDEX = TEMPLATE_REF_FIELD  # pools by "<namespace>/<template name>"
-
-
-def pool_index(sb: KubeObject) -> list[str]:
-    meta = sb.get("metadata") or {}
-    value = (meta.get("labels") or {}).get(keys.LABEL_WARM_POOL_SANDBOX)
-    return [f"{meta.get('namespace', '')}/{value}"] if value else []
-
-
-def template_index(pool: KubeObject) -> list[str]:
-    meta = pool.get("metadata") or {}
-    name = ((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name")
-    return [f"{meta.get('namespace', '')}/{name}"] if name else []
-
-
-def _pool_owner_uid(sb: KubeObject) -> str | None:
-    """The UID of the SandboxWarmPool controlling ``sb`` (expectations are keyed by pool UID, so a
-    pool deleted and re-created under the same name starts clean)."""
-    ref = controller_of(sb)
-    if ref is None or ref.get("kind") != SANDBOX_WARM_POOL.kind:
-        return None
-    if not str(ref.get("apiVersion", "")).startswith(SANDBOX_WARM_POOL.group + "/"):
-        return None
-    return str(ref.get("uid") or "") or None
 
 
 class WarmPoolReconciler:
@@ -115,72 +83,9 @@ class WarmPoolReconciler:
         # set when the controller shuts down: slow-start batches stop between two batches
         self.stopping: asyncio.Event | None = None
         self._memory: dict[str, PoolMemory] = {}  # by "<namespace>/<pool name>"
-        self._ready_seen: set[str] = set()  # sandbox UIDs whose first Ready was measured
-        sandboxes.add_index(POOL_INDEX, pool_index)
-        sandboxes.add_index(CONTROLLER_INDEX, index_by_controller_uid)
-        pools.add_index(TEMPLATE_INDEX, template_index)
-        sandboxes.add_handler(self._on_add, self._on_update, self._on_delete)
-        add_pool_handler = getattr(pools, "add_handler", None)
-        if add_pool_handler is not None:
-            add_pool_handler(None, self._on_pool_update, self._on_pool_delete)
-
-    # ---------------------------------------------------------------- pool deletion
-    def _on_pool_update(self, _old: KubeObject, new: KubeObject) -> None:
-        if new["metadata"].get("deletionTimestamp"):
-            self._pool_gone(new["metadata"].get("uid", ""))
-
-    def _on_pool_delete(self, pool: KubeObject) -> None:
-        self._pool_gone(pool["metadata"].get("uid", ""))
-
-    def _pool_gone(self, uid: str) -> None:
-        self.writer.pool_gone(uid)
-
-    # ---------------------------------------------------------------- expectations observers
-    def _on_add(self, sb: KubeObject) -> None:
-        uid = _pool_owner_uid(sb)
-        if uid is not None:
-            self.expectations.creation_observed(uid)
-
-    def _on_update(self, old: KubeObject, new: KubeObject) -> None:
-        if new["metadata"].get("deletionTimestamp") and not old["metadata"].get(
-            "deletionTimestamp"
-        ):
-            self._deletion_seen(new)
-        if is_sandbox_ready(new) and not is_sandbox_ready(old):
-            self._observe_time_to_ready(new)
-
-    def _on_delete(self, sb: KubeObject) -> None:
-        self._deletion_seen(sb)
-        self._ready_seen.discard(sb["metadata"].get("uid", ""))
-
-    def _deletion_seen(self, sb: KubeObject) -> None:
-        uid = _pool_owner_uid(sb)
-        if uid is not None:
-            self.expectations.deletion_observed(uid, sb["metadata"].get("uid", ""))
-
-    def _observe_time_to_ready(self, sb: KubeObject) -> None:
-        """Creation to the first Ready=True of a pool sandbox (later flips are not measured)."""
-        meta = sb["metadata"]
-        ref = controller_of(sb)
-        if _pool_owner_uid(sb) is None or ref is None or meta.get("uid") in self._ready_seen:
-            return
-        self._ready_seen.add(meta.get("uid", ""))
-        cond = find_condition((sb.get("status") or {}).get("conditions"), "Ready")
-        created = meta.get("creationTimestamp")
-        if not cond or not cond.get("lastTransitionTime") or not created:
-            return
-        took = (parse_rfc3339(cond["lastTransitionTime"]) - parse_rfc3339(created)).total_seconds()
-        if took >= 0:
-            TIME_TO_READY.labels(meta.get("namespace", ""), ref.get("name")).observe(took)
-
-    # ---------------------------------------------------------------- mapping
-    def pools_for_template(self, template: KubeObject) -> list[Request]:
-        meta = template.get("metadata") or {}
-        ns = meta.get("namespace", "")
-        return [
-            Request(ns, p["metadata"]["name"])
-            for p in self.pools.by_index(TEMPLATE_INDEX, f"{ns}/{meta.get('name')}")
-        ]
+        # the indexes, the expectations observers, the template -> pools mapping
+        self.watches = PoolWatches(pools, sandboxes, self.expectations, writer.pool_gone)
+        self.pools_for_template = self.watches.pools_for_template
 
     # ---------------------------------------------------------------- reconcile
     def _forget(self, key: str) -> None:
@@ -322,11 +227,8 @@ def setup(mgr: Manager, settings: Settings, workers: int = 1) -> Controller:
 
 
 __all__ = [
-    "CONFLICT_RECHECK",
-    "EVENT_NOT_PROGRESSING",
-    "EVENT_RELEASED",
-    "FIELD_MANAGER",
+    "CONTROLLER_NAME",
+    "POOL_PASS_INTERVAL",
     "WarmPoolReconciler",
-    "named",
     "setup",
 ]

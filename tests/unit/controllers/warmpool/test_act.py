@@ -514,7 +514,7 @@ async def test_pool_sandboxes_are_named_here_with_their_pod_name_annotation() ->
     for d in creates:
         assert re.fullmatch(r"pool-[bcdfghjklmnpqrstvwxz2456789]{5}", d["name"]), d["name"]
         assert d["annotations"][keys.ANNOTATION_POD_NAME] == d["name"]
-    long = wp.named({"metadata": {"generateName": "p" * 70 + "-"}})
+    long = wa.named({"metadata": {"generateName": "p" * 70 + "-"}})
     assert len(long["metadata"]["name"]) == 63 and long["metadata"]["name"].startswith("p" * 58)
     assert long["metadata"]["generateName"] == "p" * 70 + "-"  # kept, as the apiserver keeps it
 
@@ -760,7 +760,9 @@ async def test_deleting_the_pool_cancels_its_create_batch_at_once(how: str) -> N
 
 async def test_a_delete_signal_without_a_running_batch_leaves_nothing_behind() -> None:
     h = Harness(pool(3), template())
-    h.reconciler._pool_gone(h.pool["metadata"]["uid"])  # no batch was running: nothing to stop
+    h.reconciler.writer.pool_gone(
+        h.pool["metadata"]["uid"]
+    )  # no batch was running: nothing to stop
     await h.reconcile()
     assert [v for v, _ in h.verbs()].count("create") == 3  # a live pool is not held back
 
@@ -793,7 +795,7 @@ async def test_a_member_stripped_of_the_pool_label_is_released_with_a_preconditi
     ]
     assert [v for v, _ in h.verbs()].index("patch") < [v for v, _ in h.verbs()].index("create")
     assert [v for v, _ in h.verbs()].count("create") == 1  # replaced, not counted
-    assert ("Normal", wp.EVENT_RELEASED) in [e[:2] for e in h.recorder.events]
+    assert ("Normal", wa.EVENT_RELEASED) in [e[:2] for e in h.recorder.events]
 
 
 async def test_a_conflict_on_a_release_is_no_error_and_looks_again() -> None:
@@ -804,8 +806,8 @@ async def test_a_conflict_on_a_release_is_no_error_and_looks_again() -> None:
     h.client.fail["patch"] = [conflict()]
     result = await h.reconcile()
     assert result is not None and result.requeue_after is not None
-    assert result.requeue_after <= wp.CONFLICT_RECHECK
-    assert wp.EVENT_RELEASED not in [e[1] for e in h.recorder.events]
+    assert result.requeue_after <= wa.CONFLICT_RECHECK
+    assert wa.EVENT_RELEASED not in [e[1] for e in h.recorder.events]
 
 
 async def test_a_terminating_or_foreign_sandbox_is_never_released() -> None:
