@@ -44,9 +44,6 @@ from agentsandbox.api.resources import (
 from agentsandbox.controllers.claim import metrics as claim_metrics
 from agentsandbox.controllers.claim import tracing
 from agentsandbox.controllers.claim.act import (
-    MAX_ADOPTION_ATTEMPTS,
-    MAX_ADOPTION_LOOKS,
-    SPREAD,
     ClaimProvider,
     _controlled_by,
 )
@@ -81,7 +78,6 @@ from agentsandbox.kube.controller import (
     Result,
 )
 from agentsandbox.kube.errors import Conflict, KubeError, NotFound
-from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import NETWORKPOLICIES
@@ -103,25 +99,24 @@ class RetryLater(KubeError):
     backoff (one log line, like an API error)."""
 
 
-class ClaimReconciler(ClaimProvider):
-    """Serves each SandboxClaim with exactly one Sandbox, warm when it can."""
+class ClaimReconciler:
+    """Serves each SandboxClaim with exactly one Sandbox, warm when it can; ``writer`` finds,
+    adopts or creates it and records the claim's Events."""
 
     def __init__(
         self,
         client: Client,
         claims: Informer,
         sandboxes: Informer,
-        pools: Informer,
-        templates: Informer,
-        recorder: EventRecorder | None,
+        watches: ClaimWatches,
         clock: Callable[[], float] = time.time,
         *,
-        events: bool = True,
         observability_annotations: bool = True,
         networkpolicies: Informer | None = None,
+        writer: ClaimProvider,
     ) -> None:
         self.client = client
-        self.events = events
+        self.writer = writer
         self.observability_annotations = observability_annotations
         self.networkpolicies = networkpolicies
         # "<ns>/<claim>" -> (claim UID, when this process first saw it): the controller-measured
@@ -129,15 +124,11 @@ class ClaimReconciler(ClaimProvider):
         self._observed: dict[str, tuple[str, float]] = {}
         self.claims = claims
         self.sandboxes = sandboxes
-        self.pools = pools
-        self.templates = templates
-        self.recorder = recorder
         self.clock = clock
-        # "<ns>/<claim>" -> (claim UID, sandbox name) this process adopted or created for it,
-        # until the cache shows it: a pass that follows our own write must not miss it
-        self._bound: dict[str, tuple[str, str]] = {}
+        # what the writer adopted or created, until the cache shows it (forgotten with the claim)
+        self._bound = writer.bound
         # the warm queue, the indexes and the template/pool -> claims mappings
-        self.watches = ClaimWatches(claims, sandboxes, pools, templates)
+        self.watches = watches
         self.queue = self.watches.queue
         self.claims_for_pool = self.watches.claims_for_pool
         self.claims_for_template = self.watches.claims_for_template
@@ -169,9 +160,9 @@ class ClaimReconciler(ClaimProvider):
             if expired:
                 sandbox = await self._retire(claim)
             else:
-                sandbox = await self.find_existing(claim)
+                sandbox = await self.writer.find_existing(claim)
                 if sandbox is None:
-                    sandbox = await self.provide(claim)
+                    sandbox = await self.writer.provide(claim)
         except ClaimFailure as f:
             failure = f
         except KubeError as err:
@@ -199,9 +190,11 @@ class ClaimReconciler(ClaimProvider):
             and _ready_reason(claim) != failure.reason
         ):
             # a problem only the user can fix: say it as an Event too, once per transition
-            self._event(claim, "Warning", failure.reason, failure.message, "Provisioning")
+            self.writer.event(claim, "Warning", failure.reason, failure.message, "Provisioning")
         if written and expired and _ready_reason(claim) != REASON_CLAIM_EXPIRED:
-            self._event(claim, "Normal", EVENT_CLAIM_EXPIRED, "Claim expired", "Claim Expired")
+            self.writer.event(
+                claim, "Normal", EVENT_CLAIM_EXPIRED, "Claim expired", "Claim Expired"
+            )
             return Result(requeue_after=EXPIRED_RECHECK)
         if error is not None:
             raise _bounded(error, left)
@@ -214,7 +207,9 @@ class ClaimReconciler(ClaimProvider):
             elif failure.reason == REASON_CREATE_PENDING:
                 requeues.append(CREATE_PENDING_RECHECK)
             elif failure.reason == REASON_QUOTA_EXCEEDED:
-                self._event(claim, "Warning", EVENT_QUOTA_EXCEEDED, failure.message, "Provisioning")
+                self.writer.event(
+                    claim, "Warning", EVENT_QUOTA_EXCEEDED, failure.message, "Provisioning"
+                )
                 requeues.append(QUOTA_RECHECK)
         if not written:
             requeues.append(CONFLICT_RECHECK)
@@ -304,7 +299,7 @@ class ClaimReconciler(ClaimProvider):
         status = with_ready(claim, ready_condition(claim, None, None, expired=True), now)
         if not await self.write_status(claim, status):
             return Result(requeue_after=CONFLICT_RECHECK)
-        self._event(claim, "Normal", EVENT_CLAIM_EXPIRED, "Claim expired", "Claim Expired")
+        self.writer.event(claim, "Normal", EVENT_CLAIM_EXPIRED, "Claim expired", "Claim Expired")
         return Result(requeue_after=EXPIRED_RECHECK)
 
     async def _delete_expired_claim(self, claim: KubeObject) -> None:
@@ -312,7 +307,7 @@ class ClaimReconciler(ClaimProvider):
         sandbox follows by garbage collection)."""
         meta = claim["metadata"]
         policy = shutdown_policy(claim)
-        self._event(
+        self.writer.event(
             claim,
             "Normal",
             EVENT_CLAIM_EXPIRED,
@@ -333,7 +328,7 @@ class ClaimReconciler(ClaimProvider):
         meta = claim["metadata"]
         ns = meta["namespace"]
         name = ((claim.get("status") or {}).get("sandbox") or {}).get("name") or meta["name"]
-        sb = await self._get(SANDBOXES, self.sandboxes, name, ns)
+        sb = await self.writer.lookup(SANDBOXES, self.sandboxes, name, ns)
         if sb is None:
             return None
         if not _controlled_by(sb, meta["uid"]):
@@ -406,16 +401,25 @@ def setup(
     sandboxes = mgr.get_informer(SANDBOXES)
     pools = mgr.get_informer(SANDBOX_WARM_POOLS)
     templates = mgr.get_informer(SANDBOX_TEMPLATES)
+    # the warm queue, the indexes and the template/pool -> claims mappings
+    watches = ClaimWatches(claims, sandboxes, pools, templates)
+    writer = ClaimProvider(
+        mgr.client,
+        sandboxes,
+        pools,
+        templates,
+        watches,
+        mgr.event_recorder("sandboxclaim-controller"),
+        events=events,
+    )
     reconciler = ClaimReconciler(
         mgr.client,
         claims,
         sandboxes,
-        pools,
-        templates,
-        mgr.event_recorder("sandboxclaim-controller"),
-        events=events,
+        watches,
         observability_annotations=observability_annotations,
         networkpolicies=mgr.get_informer(NETWORKPOLICIES),
+        writer=writer,
     )
     return (
         ControllerBuilder(mgr)
@@ -434,11 +438,8 @@ __all__ = [
     "CONTROLLER_NAME",
     "CREATE_PENDING_RECHECK",
     "EXPIRED_RECHECK",
-    "MAX_ADOPTION_ATTEMPTS",
-    "MAX_ADOPTION_LOOKS",
     "MISSING_RECHECK",
     "QUOTA_RECHECK",
-    "SPREAD",
     "ClaimReconciler",
     "RetryLater",
     "setup",
