@@ -1,10 +1,11 @@
 """The SandboxClaim controller's act step, the provide half: get a claim its one Sandbox.
 
-:class:`ClaimProvider` holds it (the reconciler in :mod:`.claim` is one): the sandbox the claim
-already controls (the controller-UID index, then what this process or the claim's status says it
-holds, read from the API when the cache does not show it yet), settling duplicates with a UID
-precondition; else a pool sandbox adopted by a merge patch carrying its ``resourceVersion`` (a
-lost race moves on to the next candidate); else a cold sandbox created from the template.
+:class:`ClaimProvider` holds it (the reconciler in :mod:`.controller` holds one): the sandbox
+the claim already controls (the controller-UID index, then what this process or the claim's
+status says it holds, read from the API when the cache does not show it yet), settling
+duplicates with a UID precondition; else a pool sandbox adopted by a merge patch carrying its
+``resourceVersion`` (a lost race moves on to the next candidate); else a cold sandbox created
+from the template.
 """
 
 from __future__ import annotations

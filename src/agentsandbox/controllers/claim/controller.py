@@ -1,4 +1,4 @@
-"""The SandboxClaim controller: observe (caches) -> decide (:mod:`.claim_plan`) -> act.
+"""The SandboxClaim controller: its wiring and the reconciler (observe -> decide -> act).
 
 A claim gets exactly one Sandbox: one it already controls, else a ready sandbox adopted from a
 warm pool, else a cold one built from the template. Then its status names that sandbox, its pod
@@ -19,9 +19,10 @@ What keeps one sandbox from serving two claims, or one claim from getting two sa
 Terminal reasons (``TemplateNotFound``, ``WarmPoolNotFound``) are written only after a GET
 against the API (not the cache) answered 404, and only for a claim that has no sandbox yet.
 
-The act step is split: this module reconciles (expiry, the status write, the first-Ready
-observability) and :mod:`.claim_act` provides (:class:`~.claim_act.ClaimProvider`: find the
-sandbox a claim controls, adopt a warm one, create a cold one).
+The reconciler here handles expiry, the status write and the first-Ready observability; the
+decisions are in :mod:`.plan` and :mod:`.claimed_sandbox`; the :class:`~.act.ClaimProvider` it
+holds finds the sandbox a claim controls, adopts a warm one or creates a cold one, and records
+the claim's Events.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""SandboxClaim: the decisions (pure). What a claim asks for, which pool sandbox may serve it,
-what adopting one writes, what a cold sandbox looks like, and the claim's status.
+"""SandboxClaim: the decisions (pure): what a claim asks for, which pool sandbox may serve it,
+and the claim's status (the Sandbox it gets is shaped in :mod:`.claimed_sandbox`).
 
 Both released client generations are served by one schema (spec extensions §1.4, §9): the 0.4.x
 form names a template (``spec.sandboxTemplateRef``, optional ``spec.warmpool`` policy), the 1.0.x

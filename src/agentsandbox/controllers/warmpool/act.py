@@ -1,6 +1,6 @@
 """The SandboxWarmPool controller's act step: the writes a plan asks for, in the seed's order.
 
-:class:`PoolWriter` holds them (the reconciler in :mod:`.warmpool` is one): adopt and release
+:class:`PoolWriter` holds them (the reconciler in :mod:`.controller` holds one): adopt and release
 first, then stale and stuck deletes, creates (slow-start batches, expectations raised before
 each is sent, a lost answer sent again under the same name, the batch cancelled when the pool
 goes) or excess deletes, then the status (server-side apply) and its transition event. Every

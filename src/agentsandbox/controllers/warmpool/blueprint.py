@@ -192,7 +192,7 @@ def with_eviction_annotation(blueprint: dict[str, Any], template: Obj) -> dict[s
     """``--enable-warm-pool-eviction``: the pool's pods carry
     ``cluster-autoscaler.kubernetes.io/safe-to-evict: "true"`` (an idle warm pod must not keep
     a node alive), unless the template's pod metadata sets that key itself. A claim adopting the
-    sandbox removes it again (:func:`.claim_plan.adoption_patch`)."""
+    sandbox removes it again (:func:`.claim.claimed_sandbox.adoption_patch`)."""
     tpl_meta = (template.get("spec") or {}).get("podTemplate", {}).get("metadata") or {}
     if keys.ANNOTATION_SAFE_TO_EVICT in (tpl_meta.get("annotations") or {}):
         return blueprint

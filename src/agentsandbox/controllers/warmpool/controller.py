@@ -1,9 +1,11 @@
-"""The SandboxWarmPool controller: observe (caches) -> decide (:mod:`.warmpool_plan`) -> act.
+"""The SandboxWarmPool controller: its wiring, the observe step and the reconciler.
 
 Wiring (spec extensions §4.1): ``For(SandboxWarmPool)``, ``Owns(Sandbox)`` (an update re-queues the
 old and the new controller owner, so a claim adopting a sandbox re-queues the pool), and
 ``Watches(SandboxTemplate)`` fanned out through an index on ``.spec.sandboxTemplateRef.name``.
 
+Each pass observes (the caches, through the indexes of :mod:`.handlers`), decides
+(:mod:`.plan`), then acts through the :class:`~.act.PoolWriter` the reconciler holds.
 Acting follows the plan in the seed's order and aggregates every error instead of stopping at
 the first. Expectations are recorded before each write, so a cache that lags our own creates
 never makes a pool exceed ``spec.replicas``, however many workers run.

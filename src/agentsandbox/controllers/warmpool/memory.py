@@ -16,7 +16,7 @@ class PoolMemory:
     # the not-progressing reason last announced by an event (None: progressing)
     reported: str | None = None
     warned_strategy: str | None = None
-    # replenish delay (see warmpool_plan.Snapshot): members kept by the last pass, when a
+    # replenish delay (see plan.Snapshot): members kept by the last pass, when a
     # departure was last first seen, replacements still waiting
     members: frozenset[str] | None = None
     missing_since: float | None = None

@@ -17,7 +17,8 @@ delete the difference, capped by the batch size. Later upstream fixes (§9) and 
 
 What the reconciler remembers between passes (sandboxes it held, when it first saw a sandbox
 report a pod its cache lacks, orphans whose adoption failed) comes in through the snapshot and
-goes out through the plan, so this module stays free of state.
+goes out through the plan, so this module stays free of state. The blueprint a create posts
+and the staleness rules are in :mod:`.blueprint`.
 """
 
 from __future__ import annotations
