@@ -21,7 +21,7 @@ from harness import Bench, BenchError, machine_cpu_seconds, template
 
 from agentsandbox.api.conditions import is_sandbox_ready
 from agentsandbox.api.resources import SANDBOXES
-from agentsandbox.controllers.warmpool.plan import build_blueprint
+from agentsandbox.controllers.warmpool.blueprint import build_blueprint
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.config import load_kubeconfig
 from agentsandbox.kube.errors import NotFound

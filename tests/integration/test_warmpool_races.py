@@ -99,7 +99,7 @@ async def test_pool_delete_decided_on_a_stale_view_spares_the_changed_sandbox(
         await client.patch(
             SANDBOXES, member["metadata"]["name"], _claim_like_patch(taker), namespace
         )
-        outcome = await reconciler.act(pool, Plan(delete_excess=[stale_view]))
+        outcome = await reconciler.writer.act(pool, Plan(delete_excess=[stale_view]))
     assert outcome.conflicts == 1 and outcome.errors == []
     survivor = await client.get(SANDBOXES, member["metadata"]["name"], namespace)
     assert not survivor["metadata"].get("deletionTimestamp")

@@ -30,13 +30,8 @@ from agentsandbox.api.defaults import apply_sandbox_secure_defaults
 from agentsandbox.api.hashing import name_hash, pod_template_hash, sandbox_blueprint_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
 from agentsandbox.api.owners import controller_of
-from agentsandbox.controllers.claim.plan import (
-    adoptable,
-    adoption_patch,
-    candidate_problem,
-    cold_sandbox,
-    pick_kept,
-)
+from agentsandbox.controllers.claim.claimed_sandbox import adoption_patch, cold_sandbox
+from agentsandbox.controllers.claim.plan import adoptable, candidate_problem, pick_kept
 from agentsandbox.controllers.warmpool.plan import Plan, Settings, Snapshot, plan
 
 NOW = 1_800_000_000.0

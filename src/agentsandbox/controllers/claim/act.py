@@ -1,10 +1,11 @@
 """The SandboxClaim controller's act step, the provide half: get a claim its one Sandbox.
 
-:class:`ClaimProvider` holds it (the reconciler in :mod:`.claim` is one): the sandbox the claim
-already controls (the controller-UID index, then what this process or the claim's status says it
-holds, read from the API when the cache does not show it yet), settling duplicates with a UID
-precondition; else a pool sandbox adopted by a merge patch carrying its ``resourceVersion`` (a
-lost race moves on to the next candidate); else a cold sandbox created from the template.
+:class:`ClaimProvider` holds it (the reconciler in :mod:`.controller` holds one): the sandbox
+the claim already controls (the controller-UID index, then what this process or the claim's
+status says it holds, read from the API when the cache does not show it yet), settling
+duplicates with a UID precondition; else a pool sandbox adopted by a merge patch carrying its
+``resourceVersion`` (a lost race moves on to the next candidate); else a cold sandbox created
+from the template.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from agentsandbox.api.resources import (
 )
 from agentsandbox.controllers.claim import metrics as claim_metrics
 from agentsandbox.controllers.claim import tracing
+from agentsandbox.controllers.claim.claimed_sandbox import (
+    adoption_patch,
+    cold_sandbox,
+    validate_additional_metadata,
+)
 from agentsandbox.controllers.claim.handlers import OWNER_INDEX, ClaimWatches
 from agentsandbox.controllers.claim.plan import (
     EVENT_ADOPTED,
@@ -41,14 +47,11 @@ from agentsandbox.controllers.claim.plan import (
     ClaimFailure,
     Source,
     adoptable,
-    adoption_patch,
     candidate_problem,
     claim_source,
-    cold_sandbox,
     forces_cold_start,
     pick_kept,
     pool_owner,
-    validate_additional_metadata,
 )
 from agentsandbox.controllers.claim.warm_index import WarmQueue
 from agentsandbox.kube.client import Client
@@ -84,20 +87,33 @@ def _taken_by_a_claim(sb: KubeObject) -> bool:
 
 
 class ClaimProvider:
-    """Finds, adopts or creates the Sandbox of a claim (:class:`.claim.ClaimReconciler` sets
-    these attributes)."""
+    """Finds, adopts or creates the Sandbox of a claim; the claim reconciler holds one and
+    records its claim Events through it too (``events`` False: none at all)."""
 
-    client: Client
-    sandboxes: Informer
-    pools: Informer
-    templates: Informer
-    recorder: EventRecorder | None
-    events: bool
-    watches: ClaimWatches
-    queue: WarmQueue
-    _bound: dict[str, tuple[str, str]]
+    def __init__(
+        self,
+        client: Client,
+        sandboxes: Informer,
+        pools: Informer,
+        templates: Informer,
+        watches: ClaimWatches,
+        recorder: EventRecorder | None,
+        *,
+        events: bool = True,
+    ) -> None:
+        self.client = client
+        self.sandboxes = sandboxes
+        self.pools = pools
+        self.templates = templates
+        self.watches = watches
+        self.queue: WarmQueue = watches.queue
+        self.recorder = recorder
+        self.events = events
+        # "<ns>/<claim>" -> (claim UID, sandbox name) this process adopted or created for it,
+        # until the cache shows it: a pass that follows our own write must not miss it
+        self.bound: dict[str, tuple[str, str]] = {}
 
-    def _event(self, claim: KubeObject, kind: str, reason: str, note: str, action: str) -> None:
+    def event(self, claim: KubeObject, kind: str, reason: str, note: str, action: str) -> None:
         if self.recorder is not None and self.events:
             self.recorder.event(claim, kind, reason, note, action=action)
 
@@ -113,11 +129,11 @@ class ClaimProvider:
             for sb in self.sandboxes.by_index(OWNER_INDEX, uid)
             if not sb["metadata"].get("deletionTimestamp")
         ]
-        bound = self._bound.get(key)
+        bound = self.bound.get(key)
         if bound is not None and (
             bound[0] != uid or any(sb["metadata"]["name"] == bound[1] for sb in owned)
         ):
-            self._bound.pop(key, None)  # the cache caught up (or another claim of that name)
+            self.bound.pop(key, None)  # the cache caught up (or another claim of that name)
             bound = None
         if not owned:
             # the cache may not show our own latest write yet: ask the API
@@ -193,7 +209,7 @@ class ClaimProvider:
                 return adopted
         created = await self._create(claim, template)
         if forced is not None and source.policy != POLICY_NONE and pools:
-            self._event(
+            self.event(
                 claim,
                 "Normal",
                 EVENT_COLD_START_FORCED,
@@ -203,7 +219,7 @@ class ClaimProvider:
             )
         return created
 
-    async def _get(
+    async def lookup(
         self, resource: Resource, informer: Informer, name: str, ns: str
     ) -> KubeObject | None:
         """From the cache, else from the API (a cache miss is not a 404 yet)."""
@@ -223,7 +239,7 @@ class ClaimProvider:
         pool: KubeObject | None = None
         template_name = source.template
         if source.pool is not None:
-            pool = await self._get(SANDBOX_WARM_POOLS, self.pools, source.pool, ns)
+            pool = await self.lookup(SANDBOX_WARM_POOLS, self.pools, source.pool, ns)
             if pool is None and source.by_pool_ref:
                 raise ClaimFailure(
                     REASON_WARM_POOL_NOT_FOUND, f'SandboxWarmPool "{source.pool}" not found'
@@ -233,7 +249,7 @@ class ClaimProvider:
                     "name"
                 )
         template = (
-            await self._get(SANDBOX_TEMPLATES, self.templates, template_name, ns)
+            await self.lookup(SANDBOX_TEMPLATES, self.templates, template_name, ns)
             if template_name
             else None
         )
@@ -348,8 +364,8 @@ class ClaimProvider:
                         failures += 1
                     log.debug("adoption of %s/%s lost: %s", ns, name, problem)
                     continue
-            self._bound[f"{ns}/{meta['name']}"] = (meta["uid"], name)
-            self._event(
+            self.bound[f"{ns}/{meta['name']}"] = (meta["uid"], name)
+            self.event(
                 claim, "Normal", EVENT_ADOPTED, f'Adopted warm pool Sandbox "{name}"', "Adoption"
             )
             claim_metrics.count_claim_creation(
@@ -412,8 +428,8 @@ class ClaimProvider:
                 "Please use a different claim name or delete the sandbox manually",
                 terminal=False,
             ) from None
-        self._bound[f"{ns}/{meta['name']}"] = (meta["uid"], created["metadata"]["name"])
-        self._event(
+        self.bound[f"{ns}/{meta['name']}"] = (meta["uid"], created["metadata"]["name"])
+        self.event(
             claim,
             "Normal",
             EVENT_PROVISIONED,

@@ -1,4 +1,4 @@
-"""The SandboxClaim controller: observe (caches) -> decide (:mod:`.claim_plan`) -> act.
+"""The SandboxClaim controller: its wiring and the reconciler (observe -> decide -> act).
 
 A claim gets exactly one Sandbox: one it already controls, else a ready sandbox adopted from a
 warm pool, else a cold one built from the template. Then its status names that sandbox, its pod
@@ -19,9 +19,10 @@ What keeps one sandbox from serving two claims, or one claim from getting two sa
 Terminal reasons (``TemplateNotFound``, ``WarmPoolNotFound``) are written only after a GET
 against the API (not the cache) answered 404, and only for a claim that has no sandbox yet.
 
-The act step is split: this module reconciles (expiry, the status write, the first-Ready
-observability) and :mod:`.claim_act` provides (:class:`~.claim_act.ClaimProvider`: find the
-sandbox a claim controls, adopt a warm one, create a cold one).
+The reconciler here handles expiry, the status write and the first-Ready observability; the
+decisions are in :mod:`.plan` and :mod:`.claimed_sandbox`; the :class:`~.act.ClaimProvider` it
+holds finds the sandbox a claim controls, adopts a warm one or creates a cold one, and records
+the claim's Events.
 """
 
 from __future__ import annotations
@@ -44,9 +45,6 @@ from agentsandbox.api.resources import (
 from agentsandbox.controllers.claim import metrics as claim_metrics
 from agentsandbox.controllers.claim import tracing
 from agentsandbox.controllers.claim.act import (
-    MAX_ADOPTION_ATTEMPTS,
-    MAX_ADOPTION_LOOKS,
-    SPREAD,
     ClaimProvider,
     _controlled_by,
 )
@@ -76,7 +74,6 @@ from agentsandbox.kube.builder import ControllerBuilder
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.errors import Conflict, KubeError, NotFound
-from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.reconcile import RETRY_WITHIN, Request, Result
@@ -99,25 +96,24 @@ class RetryLater(KubeError):
     backoff (one log line, like an API error)."""
 
 
-class ClaimReconciler(ClaimProvider):
-    """Serves each SandboxClaim with exactly one Sandbox, warm when it can."""
+class ClaimReconciler:
+    """Serves each SandboxClaim with exactly one Sandbox, warm when it can; ``writer`` finds,
+    adopts or creates it and records the claim's Events."""
 
     def __init__(
         self,
         client: Client,
         claims: Informer,
         sandboxes: Informer,
-        pools: Informer,
-        templates: Informer,
-        recorder: EventRecorder | None,
+        watches: ClaimWatches,
         clock: Callable[[], float] = time.time,
         *,
-        events: bool = True,
         observability_annotations: bool = True,
         networkpolicies: Informer | None = None,
+        writer: ClaimProvider,
     ) -> None:
         self.client = client
-        self.events = events
+        self.writer = writer
         self.observability_annotations = observability_annotations
         self.networkpolicies = networkpolicies
         # "<ns>/<claim>" -> (claim UID, when this process first saw it): the controller-measured
@@ -125,15 +121,11 @@ class ClaimReconciler(ClaimProvider):
         self._observed: dict[str, tuple[str, float]] = {}
         self.claims = claims
         self.sandboxes = sandboxes
-        self.pools = pools
-        self.templates = templates
-        self.recorder = recorder
         self.clock = clock
-        # "<ns>/<claim>" -> (claim UID, sandbox name) this process adopted or created for it,
-        # until the cache shows it: a pass that follows our own write must not miss it
-        self._bound: dict[str, tuple[str, str]] = {}
+        # what the writer adopted or created, until the cache shows it (forgotten with the claim)
+        self._bound = writer.bound
         # the warm queue, the indexes and the template/pool -> claims mappings
-        self.watches = ClaimWatches(claims, sandboxes, pools, templates)
+        self.watches = watches
         self.queue = self.watches.queue
         self.claims_for_pool = self.watches.claims_for_pool
         self.claims_for_template = self.watches.claims_for_template
@@ -165,9 +157,9 @@ class ClaimReconciler(ClaimProvider):
             if expired:
                 sandbox = await self._retire(claim)
             else:
-                sandbox = await self.find_existing(claim)
+                sandbox = await self.writer.find_existing(claim)
                 if sandbox is None:
-                    sandbox = await self.provide(claim)
+                    sandbox = await self.writer.provide(claim)
         except ClaimFailure as f:
             failure = f
         except KubeError as err:
@@ -195,9 +187,11 @@ class ClaimReconciler(ClaimProvider):
             and _ready_reason(claim) != failure.reason
         ):
             # a problem only the user can fix: say it as an Event too, once per transition
-            self._event(claim, "Warning", failure.reason, failure.message, "Provisioning")
+            self.writer.event(claim, "Warning", failure.reason, failure.message, "Provisioning")
         if written and expired and _ready_reason(claim) != REASON_CLAIM_EXPIRED:
-            self._event(claim, "Normal", EVENT_CLAIM_EXPIRED, "Claim expired", "Claim Expired")
+            self.writer.event(
+                claim, "Normal", EVENT_CLAIM_EXPIRED, "Claim expired", "Claim Expired"
+            )
             return Result(requeue_after=EXPIRED_RECHECK)
         if error is not None:
             raise _bounded(error, left)
@@ -210,7 +204,9 @@ class ClaimReconciler(ClaimProvider):
             elif failure.reason == REASON_CREATE_PENDING:
                 requeues.append(CREATE_PENDING_RECHECK)
             elif failure.reason == REASON_QUOTA_EXCEEDED:
-                self._event(claim, "Warning", EVENT_QUOTA_EXCEEDED, failure.message, "Provisioning")
+                self.writer.event(
+                    claim, "Warning", EVENT_QUOTA_EXCEEDED, failure.message, "Provisioning"
+                )
                 requeues.append(QUOTA_RECHECK)
         if not written:
             requeues.append(CONFLICT_RECHECK)
@@ -300,7 +296,7 @@ class ClaimReconciler(ClaimProvider):
         status = with_ready(claim, ready_condition(claim, None, None, expired=True), now)
         if not await self.write_status(claim, status):
             return Result(requeue_after=CONFLICT_RECHECK)
-        self._event(claim, "Normal", EVENT_CLAIM_EXPIRED, "Claim expired", "Claim Expired")
+        self.writer.event(claim, "Normal", EVENT_CLAIM_EXPIRED, "Claim expired", "Claim Expired")
         return Result(requeue_after=EXPIRED_RECHECK)
 
     async def _delete_expired_claim(self, claim: KubeObject) -> None:
@@ -308,7 +304,7 @@ class ClaimReconciler(ClaimProvider):
         sandbox follows by garbage collection)."""
         meta = claim["metadata"]
         policy = shutdown_policy(claim)
-        self._event(
+        self.writer.event(
             claim,
             "Normal",
             EVENT_CLAIM_EXPIRED,
@@ -329,7 +325,7 @@ class ClaimReconciler(ClaimProvider):
         meta = claim["metadata"]
         ns = meta["namespace"]
         name = ((claim.get("status") or {}).get("sandbox") or {}).get("name") or meta["name"]
-        sb = await self._get(SANDBOXES, self.sandboxes, name, ns)
+        sb = await self.writer.lookup(SANDBOXES, self.sandboxes, name, ns)
         if sb is None:
             return None
         if not _controlled_by(sb, meta["uid"]):
@@ -402,16 +398,25 @@ def setup(
     sandboxes = mgr.get_informer(SANDBOXES)
     pools = mgr.get_informer(SANDBOX_WARM_POOLS)
     templates = mgr.get_informer(SANDBOX_TEMPLATES)
+    # the warm queue, the indexes and the template/pool -> claims mappings
+    watches = ClaimWatches(claims, sandboxes, pools, templates)
+    writer = ClaimProvider(
+        mgr.client,
+        sandboxes,
+        pools,
+        templates,
+        watches,
+        mgr.event_recorder("sandboxclaim-controller"),
+        events=events,
+    )
     reconciler = ClaimReconciler(
         mgr.client,
         claims,
         sandboxes,
-        pools,
-        templates,
-        mgr.event_recorder("sandboxclaim-controller"),
-        events=events,
+        watches,
         observability_annotations=observability_annotations,
         networkpolicies=mgr.get_informer(NETWORKPOLICIES),
+        writer=writer,
     )
     return (
         ControllerBuilder(mgr)
@@ -430,11 +435,8 @@ __all__ = [
     "CONTROLLER_NAME",
     "CREATE_PENDING_RECHECK",
     "EXPIRED_RECHECK",
-    "MAX_ADOPTION_ATTEMPTS",
-    "MAX_ADOPTION_LOOKS",
     "MISSING_RECHECK",
     "QUOTA_RECHECK",
-    "SPREAD",
     "ClaimReconciler",
     "RetryLater",
     "setup",

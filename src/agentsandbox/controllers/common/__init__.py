@@ -1,1 +1,1 @@
-"""What more than one controller uses: slow-start batches and the shared pod cache."""
+"""What more than one controller uses: slow-start batches, the pod cache, ReconcileErrors."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentsandbox.api.resources import SANDBOX_TEMPLATES
+from agentsandbox.controllers.common.errors import ReconcileErrors
 from agentsandbox.controllers.template.plan import (
     REASON_NETWORK_POLICY_CONFLICT,
     REASON_NETWORK_POLICY_FAILED,
@@ -33,7 +34,6 @@ from agentsandbox.controllers.template.plan import (
     plan,
     template_for_network_policy,
 )
-from agentsandbox.controllers.warmpool.controller import ReconcileErrors
 from agentsandbox.kube.builder import ControllerBuilder
 from agentsandbox.kube.client import Client, PatchType
 from agentsandbox.kube.controller import Controller

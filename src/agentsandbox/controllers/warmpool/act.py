@@ -1,6 +1,6 @@
 """The SandboxWarmPool controller's act step: the writes a plan asks for, in the seed's order.
 
-:class:`PoolWriter` holds them (the reconciler in :mod:`.warmpool` is one): adopt and release
+:class:`PoolWriter` holds them (the reconciler in :mod:`.controller` holds one): adopt and release
 first, then stale and stuck deletes, creates (slow-start batches, expectations raised before
 each is sent, a lost answer sent again under the same name, the batch cancelled when the pool
 goes) or excess deletes, then the status (server-side apply) and its transition event. Every
@@ -16,7 +16,7 @@ import logging
 import secrets
 from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentsandbox.api import keys
 from agentsandbox.api.kinds import SANDBOX_WARM_POOL
@@ -28,6 +28,7 @@ from agentsandbox.api.owners import (
 )
 from agentsandbox.api.resources import SANDBOX_WARM_POOLS, SANDBOXES
 from agentsandbox.controllers.common.batch import BatchCancelled, slow_start_batch
+from agentsandbox.controllers.warmpool.memory import PoolMemory
 from agentsandbox.controllers.warmpool.metrics import (
     ADOPTIONS,
     CREATES,
@@ -56,9 +57,6 @@ from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.expectations import Expectations
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.store import KubeObject
-
-if TYPE_CHECKING:
-    from agentsandbox.controllers.warmpool.controller import PoolMemory
 
 log = logging.getLogger("agentsandbox.warmpool")
 
@@ -89,20 +87,6 @@ def named(blueprint: Mapping[str, Any]) -> dict[str, Any]:
     return {**blueprint, "metadata": {**meta, "name": name, "annotations": annotations}}
 
 
-class ReconcileErrors(ApiError):
-    """Several API errors from one reconcile, reported together (one log line)."""
-
-    def __init__(self, errors: list[BaseException]) -> None:
-        first = next((e for e in errors if isinstance(e, ApiError)), None)
-        text = "; ".join(str(e) for e in errors)
-        super().__init__(
-            first.status if first else 0,
-            first.reason if first else "Aggregate",
-            f"{len(errors)} error(s): {text}",
-        )
-        self.errors = errors
-
-
 # What a delete came to. A Conflict means the sandbox changed (a claim adopting it, a status
 # write) or is no longer the object we saw: the normal case of a race, so look again.
 DELETED, GONE, CONFLICT, FAILED = "deleted", "gone", "conflict", "failed"
@@ -120,18 +104,36 @@ class Outcome:
 
 
 class PoolWriter:
-    """The act step of the warm pool reconciler (it sets these attributes)."""
+    """The act step of the warm pool reconciler, which holds one: every write a pool's plan
+    asks for. ``expectations`` are shared with the reconciler (raised here before each write,
+    lowered by its event handlers); ``sandboxes`` is the cache :meth:`resolve_doubts` looks in
+    first."""
 
-    client: Client
-    recorder: EventRecorder | None
-    expectations: Expectations
-    # set when the controller shuts down: slow-start batches stop between two batches
-    stopping: asyncio.Event | None
-    # pool UID -> set once the pool is deleted (or being deleted): its create batch stops
-    _gone: dict[str, asyncio.Event]
-    # pool UID -> names of creates a connection error left unknown (see resolve_doubts)
-    _in_doubt: dict[str, set[str]]
-    sandboxes: Informer
+    def __init__(
+        self,
+        client: Client,
+        recorder: EventRecorder | None,
+        expectations: Expectations,
+        sandboxes: Informer,
+    ) -> None:
+        self.client = client
+        self.recorder = recorder
+        self.expectations = expectations
+        self.sandboxes = sandboxes
+        # pool UID -> set once the pool is deleted (or being deleted): its create batch stops
+        self._gone: dict[str, asyncio.Event] = {}
+        # pool UID -> names of creates a connection error left unknown (see resolve_doubts)
+        self._in_doubt: dict[str, set[str]] = {}
+
+    def pool_gone(self, uid: str) -> None:
+        """The pool is deleted (or being deleted): its running create batch stops at once."""
+        gone = self._gone.pop(uid, None)
+        if gone is not None:
+            gone.set()
+
+    def forget(self, uid: str) -> None:
+        """Drop the creates in doubt of a pool that is gone."""
+        self._in_doubt.pop(uid, None)
 
     async def adopt(
         self, pool: KubeObject, orphans: Iterable[Mapping[str, Any]], outcome: Outcome
@@ -192,9 +194,18 @@ class PoolWriter:
                     action="Release",
                 )
 
-    async def act(self, pool: KubeObject, p: Plan, outcome: Outcome | None = None) -> Outcome:
+    async def act(
+        self,
+        pool: KubeObject,
+        p: Plan,
+        outcome: Outcome | None = None,
+        *,
+        stop: asyncio.Event | None = None,
+    ) -> Outcome:
         """Stale deletes, stuck deletes, then creates or excess deletes (adoptions come first,
-        in :meth:`adopt`). Every delete carries the UID and resourceVersion we decided on."""
+        in :meth:`adopt`). Every delete carries the UID and resourceVersion we decided on.
+        ``stop`` (set when the controller shuts down) ends slow-start batches between two
+        batches."""
         outcome = outcome if outcome is not None else Outcome()
         meta = pool["metadata"]
         ns, name, uid = meta["namespace"], meta["name"], meta.get("uid", "")
@@ -210,7 +221,7 @@ class PoolWriter:
                 await self._delete(pool, sb, reason, outcome)
 
         if p.create and p.blueprint is not None:
-            await self._create(pool, p.create, p.blueprint, outcome)
+            await self._create(pool, p.create, p.blueprint, outcome, stop)
 
         if p.delete_excess:
             victims = p.delete_excess
@@ -223,7 +234,7 @@ class PoolWriter:
                     raise _BatchStop()
 
             try:
-                await slow_start_batch(len(victims), 1, delete, stop=self.stopping)
+                await slow_start_batch(len(victims), 1, delete, stop=stop)
             finally:  # also on cancellation: what was never sent will never be observed
                 for i, v in enumerate(victims):
                     if i not in attempted:
@@ -231,7 +242,12 @@ class PoolWriter:
         return outcome
 
     async def _create(
-        self, pool: KubeObject, count: int, blueprint: Mapping[str, Any], outcome: Outcome
+        self,
+        pool: KubeObject,
+        count: int,
+        blueprint: Mapping[str, Any],
+        outcome: Outcome,
+        stop: asyncio.Event | None,
     ) -> None:
         meta = pool["metadata"]
         ns, name, uid = meta["namespace"], meta["name"], meta.get("uid", "")
@@ -265,7 +281,7 @@ class PoolWriter:
         try:
             # the batch (its creates wait in the client's rate limiter) is cancelled the moment
             # the pool is deleted: nothing is created for a pool that is gone
-            _, error = await _unless(gone, slow_start_batch(count, 1, create, stop=self.stopping))
+            _, error = await _unless(gone, slow_start_batch(count, 1, create, stop=stop))
         finally:  # failed, never sent, or cancelled: those creates will never be observed
             if ok + doubtful < count:
                 self.expectations.creation_failed(uid, count - ok - doubtful)
@@ -469,6 +485,5 @@ __all__ = [
     "LOST_EVENT_RECHECK",
     "Outcome",
     "PoolWriter",
-    "ReconcileErrors",
     "named",
 ]

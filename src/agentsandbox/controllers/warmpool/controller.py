@@ -1,9 +1,11 @@
-"""The SandboxWarmPool controller: observe (caches) -> decide (:mod:`.warmpool_plan`) -> act.
+"""The SandboxWarmPool controller: its wiring, the observe step and the reconciler.
 
 Wiring (spec extensions §4.1): ``For(SandboxWarmPool)``, ``Owns(Sandbox)`` (an update re-queues the
 old and the new controller owner, so a claim adopting a sandbox re-queues the pool), and
 ``Watches(SandboxTemplate)`` fanned out through an index on ``.spec.sandboxTemplateRef.name``.
 
+Each pass observes (the caches, through the indexes of :mod:`.handlers`), decides
+(:mod:`.plan`), then acts through the :class:`~.act.PoolWriter` the reconciler holds.
 Acting follows the plan in the seed's order and aggregates every error instead of stopping at
 the first. Expectations are recorded before each write, so a cache that lags our own creates
 never makes a pool exceed ``spec.replicas``, however many workers run.
@@ -15,29 +17,24 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from agentsandbox.api import keys
-from agentsandbox.api.conditions import find_condition, is_sandbox_ready
+from agentsandbox.api.conditions import is_sandbox_ready
 from agentsandbox.api.hashing import name_hash
-from agentsandbox.api.kinds import SANDBOX_WARM_POOL, TEMPLATE_REF_FIELD
-from agentsandbox.api.owners import controller_of
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
-from agentsandbox.api.timefmt import parse_rfc3339
+from agentsandbox.controllers.common.errors import ReconcileErrors
 from agentsandbox.controllers.common.podcache import pod_informer
 from agentsandbox.controllers.warmpool.act import (
     CONFLICT_RECHECK,
-    EVENT_RELEASED,
-    FIELD_MANAGER,
     LOST_EVENT_RECHECK,
     Outcome,
     PoolWriter,
-    ReconcileErrors,
-    named,
 )
-from agentsandbox.controllers.warmpool.metrics import TIME_TO_READY, remove_series
+from agentsandbox.controllers.warmpool.handlers import CONTROLLER_INDEX, POOL_INDEX, PoolWatches
+from agentsandbox.controllers.warmpool.memory import PoolMemory, RefillBucket
+from agentsandbox.controllers.warmpool.metrics import remove_series
 from agentsandbox.controllers.warmpool.plan import (
-    EVENT_NOT_PROGRESSING,
     ON_REPLENISH,
     RECREATE,
     Settings,
@@ -46,15 +43,13 @@ from agentsandbox.controllers.warmpool.plan import (
     plan,
 )
 from agentsandbox.kube.builder import ControllerBuilder
-from agentsandbox.kube.client import Client
 from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.errors import KubeError
-from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.expectations import Expectations
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.reconcile import Request, Result
-from agentsandbox.kube.store import KubeObject, index_by_controller_uid
+from agentsandbox.kube.store import KubeObject
 
 log = logging.getLogger("agentsandbox.warmpool")
 
@@ -64,185 +59,44 @@ log = logging.getLogger("agentsandbox.warmpool")
 # wait for it (they adopt through the claim controller); a refill starts at most this much later.
 POOL_PASS_INTERVAL = 0.1
 CONTROLLER_NAME = "sandboxwarmpool"
-POOL_INDEX = "warm-pool"  # sandboxes by "<namespace>/<pool name hash>"
-CONTROLLER_INDEX = "warm-pool-controller"  # sandboxes by their controller's UID
-TEMPLATE_INDEX = TEMPLATE_REF_FIELD  # pools by "<namespace>/<template name>"
 
 
-@dataclass
-class PoolMemory:
-    """What the reconciler remembers about one pool between passes (lost on restart; each
-    piece degrades to the seed's behaviour when empty)."""
-
-    uid: str
-    held: frozenset[str] = frozenset()
-    pod_missing_since: dict[str, float] = field(default_factory=dict)
-    # the not-progressing reason last announced by an event (None: progressing)
-    reported: str | None = None
-    warned_strategy: str | None = None
-    # replenish delay (see warmpool_plan.Snapshot): members kept by the last pass, when a
-    # departure was last first seen, replacements still waiting
-    members: frozenset[str] | None = None
-    missing_since: float | None = None
-    owed: int = 0
-    refill: RefillBucket | None = None
-
-
-@dataclass
-class RefillBucket:
-    """``--sandbox-warm-pool-max-refill-rate``: a pool's token bucket. It refills at ``rate``
-    tokens per second up to ``max(1, rate)``, starts full, and each create takes one token. The
-    time comes from the reconciler's (injectable) clock."""
-
-    rate: float
-    tokens: float
-    last: float
-
-    @classmethod
-    def full(cls, rate: float, now: float) -> RefillBucket:
-        return cls(rate, max(1.0, rate), now)
-
-    @property
-    def capacity(self) -> float:
-        return max(1.0, self.rate)
-
-    def available(self, now: float) -> float:
-        if now > self.last:
-            self.tokens = min(self.capacity, self.tokens + (now - self.last) * self.rate)
-            self.last = now
-        return self.tokens
-
-    def take(self, n: int) -> None:
-        self.tokens -= n
-
-
-def pool_index(sb: KubeObject) -> list[str]:
-    meta = sb.get("metadata") or {}
-    value = (meta.get("labels") or {}).get(keys.LABEL_WARM_POOL_SANDBOX)
-    return [f"{meta.get('namespace', '')}/{value}"] if value else []
-
-
-def template_index(pool: KubeObject) -> list[str]:
-    meta = pool.get("metadata") or {}
-    name = ((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name")
-    return [f"{meta.get('namespace', '')}/{name}"] if name else []
-
-
-def _pool_owner_uid(sb: KubeObject) -> str | None:
-    """The UID of the SandboxWarmPool controlling ``sb`` (expectations are keyed by pool UID, so a
-    pool deleted and re-created under the same name starts clean)."""
-    ref = controller_of(sb)
-    if ref is None or ref.get("kind") != SANDBOX_WARM_POOL.kind:
-        return None
-    if not str(ref.get("apiVersion", "")).startswith(SANDBOX_WARM_POOL.group + "/"):
-        return None
-    return str(ref.get("uid") or "") or None
-
-
-class WarmPoolReconciler(PoolWriter):
-    """Keeps each SandboxWarmPool at ``spec.replicas`` ready sandboxes."""
+class WarmPoolReconciler:
+    """Keeps each SandboxWarmPool at ``spec.replicas`` ready sandboxes; ``writer`` makes the
+    writes (its expectations are the ones the event handlers here lower)."""
 
     def __init__(
         self,
-        client: Client,
         pools: Informer,
         sandboxes: Informer,
         templates: Informer,
         pods: Informer | None,
-        recorder: EventRecorder | None,
         settings: Settings | None = None,
         clock: Callable[[], float] = time.time,
+        *,
+        writer: PoolWriter,
     ) -> None:
-        self.client = client
+        self.writer = writer
         self.pools = pools
         self.sandboxes = sandboxes
         self.templates = templates
         self.pods = pods
-        self.recorder = recorder
         self.settings = settings or Settings()
         self.clock = clock
-        self.expectations = Expectations()
+        self.expectations = writer.expectations
         # set when the controller shuts down: slow-start batches stop between two batches
         self.stopping: asyncio.Event | None = None
         self._memory: dict[str, PoolMemory] = {}  # by "<namespace>/<pool name>"
-        self._ready_seen: set[str] = set()  # sandbox UIDs whose first Ready was measured
-        sandboxes.add_index(POOL_INDEX, pool_index)
-        sandboxes.add_index(CONTROLLER_INDEX, index_by_controller_uid)
-        pools.add_index(TEMPLATE_INDEX, template_index)
-        sandboxes.add_handler(self._on_add, self._on_update, self._on_delete)
-        # pool UID -> set once the pool is deleted (or being deleted): its create batch stops
-        self._gone: dict[str, asyncio.Event] = {}
-        self._in_doubt: dict[str, set[str]] = {}
-        add_pool_handler = getattr(pools, "add_handler", None)
-        if add_pool_handler is not None:
-            add_pool_handler(None, self._on_pool_update, self._on_pool_delete)
-
-    # ---------------------------------------------------------------- pool deletion
-    def _on_pool_update(self, _old: KubeObject, new: KubeObject) -> None:
-        if new["metadata"].get("deletionTimestamp"):
-            self._pool_gone(new["metadata"].get("uid", ""))
-
-    def _on_pool_delete(self, pool: KubeObject) -> None:
-        self._pool_gone(pool["metadata"].get("uid", ""))
-
-    def _pool_gone(self, uid: str) -> None:
-        gone = self._gone.pop(uid, None)
-        if gone is not None:
-            gone.set()
-
-    # ---------------------------------------------------------------- expectations observers
-    def _on_add(self, sb: KubeObject) -> None:
-        uid = _pool_owner_uid(sb)
-        if uid is not None:
-            self.expectations.creation_observed(uid)
-
-    def _on_update(self, old: KubeObject, new: KubeObject) -> None:
-        if new["metadata"].get("deletionTimestamp") and not old["metadata"].get(
-            "deletionTimestamp"
-        ):
-            self._deletion_seen(new)
-        if is_sandbox_ready(new) and not is_sandbox_ready(old):
-            self._observe_time_to_ready(new)
-
-    def _on_delete(self, sb: KubeObject) -> None:
-        self._deletion_seen(sb)
-        self._ready_seen.discard(sb["metadata"].get("uid", ""))
-
-    def _deletion_seen(self, sb: KubeObject) -> None:
-        uid = _pool_owner_uid(sb)
-        if uid is not None:
-            self.expectations.deletion_observed(uid, sb["metadata"].get("uid", ""))
-
-    def _observe_time_to_ready(self, sb: KubeObject) -> None:
-        """Creation to the first Ready=True of a pool sandbox (later flips are not measured)."""
-        meta = sb["metadata"]
-        ref = controller_of(sb)
-        if _pool_owner_uid(sb) is None or ref is None or meta.get("uid") in self._ready_seen:
-            return
-        self._ready_seen.add(meta.get("uid", ""))
-        cond = find_condition((sb.get("status") or {}).get("conditions"), "Ready")
-        created = meta.get("creationTimestamp")
-        if not cond or not cond.get("lastTransitionTime") or not created:
-            return
-        took = (parse_rfc3339(cond["lastTransitionTime"]) - parse_rfc3339(created)).total_seconds()
-        if took >= 0:
-            TIME_TO_READY.labels(meta.get("namespace", ""), ref.get("name")).observe(took)
-
-    # ---------------------------------------------------------------- mapping
-    def pools_for_template(self, template: KubeObject) -> list[Request]:
-        meta = template.get("metadata") or {}
-        ns = meta.get("namespace", "")
-        return [
-            Request(ns, p["metadata"]["name"])
-            for p in self.pools.by_index(TEMPLATE_INDEX, f"{ns}/{meta.get('name')}")
-        ]
+        # the indexes, the expectations observers, the template -> pools mapping
+        self.watches = PoolWatches(pools, sandboxes, self.expectations, writer.pool_gone)
+        self.pools_for_template = self.watches.pools_for_template
 
     # ---------------------------------------------------------------- reconcile
     def _forget(self, key: str) -> None:
         memory = self._memory.pop(key, None)
         if memory is not None:
             self.expectations.delete(memory.uid)
-            self._in_doubt.pop(memory.uid, None)
+            self.writer.forget(memory.uid)
 
     def _memory_of(self, key: str, pool: KubeObject) -> PoolMemory:
         uid = pool["metadata"].get("uid", "")
@@ -265,12 +119,12 @@ class WarmPoolReconciler(PoolWriter):
             return None
         memory = self._memory_of(key, pool)
         self._warn_unknown_strategy(key, pool, memory)
-        await self.resolve_doubts(pool)
+        await self.writer.resolve_doubts(pool)
         snap = self.observe(pool, memory)
         decision = plan(snap)
         outcome = Outcome()
-        await self.release(pool, decision.release, outcome)
-        skipped = await self.adopt(pool, decision.adopt, outcome)
+        await self.writer.release(pool, decision.release, outcome)
+        skipped = await self.writer.adopt(pool, decision.adopt, outcome)
         if skipped:  # a failed adoption is not counted (the seed's rule): decide again without it
             decision = plan(replace(snap, skip=snap.skip | skipped))
         memory.held = decision.held_uids
@@ -279,9 +133,9 @@ class WarmPoolReconciler(PoolWriter):
         memory.missing_since, memory.owed = decision.missing_since, decision.owed
         if memory.refill is not None:
             memory.refill.take(decision.create)
-        await self.act(pool, decision, outcome)
+        await self.writer.act(pool, decision, outcome, stop=self.stopping)
         try:
-            await self.write_status(pool, decision, outcome.create_error, memory)
+            await self.writer.write_status(pool, decision, outcome.create_error, memory)
         except KubeError as err:
             outcome.errors.append(err)
         if outcome.errors:
@@ -358,15 +212,10 @@ def setup(mgr: Manager, settings: Settings, workers: int = 1) -> Controller:
     sandboxes = mgr.get_informer(SANDBOXES)
     templates = mgr.get_informer(SANDBOX_TEMPLATES)
     pods = pod_informer(mgr)
-    reconciler = WarmPoolReconciler(
-        mgr.client,
-        pools,
-        sandboxes,
-        templates,
-        pods,
-        mgr.event_recorder("warmpool-controller"),
-        settings,
+    writer = PoolWriter(
+        mgr.client, mgr.event_recorder("warmpool-controller"), Expectations(), sandboxes
     )
+    reconciler = WarmPoolReconciler(pools, sandboxes, templates, pods, settings, writer=writer)
     controller = (
         ControllerBuilder(mgr)
         .named(CONTROLLER_NAME)
@@ -382,12 +231,8 @@ def setup(mgr: Manager, settings: Settings, workers: int = 1) -> Controller:
 
 
 __all__ = [
-    "CONFLICT_RECHECK",
-    "EVENT_NOT_PROGRESSING",
-    "EVENT_RELEASED",
-    "FIELD_MANAGER",
-    "ReconcileErrors",
+    "CONTROLLER_NAME",
+    "POOL_PASS_INTERVAL",
     "WarmPoolReconciler",
-    "named",
     "setup",
 ]

@@ -24,11 +24,13 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
+from agentsandbox.controllers.claim.act import ClaimProvider
 from agentsandbox.controllers.claim.controller import (
     MISSING_RECHECK,
     ClaimReconciler,
     RetryLater,
 )
+from agentsandbox.controllers.claim.handlers import ClaimWatches
 from agentsandbox.controllers.claim.warm_index import WarmQueue
 from agentsandbox.kube.reconcile import Request, Result
 from tests.unit.fakes import FakeApi, FakeInformer, FakeRecorder
@@ -179,15 +181,27 @@ class Harness:
         self.pools, self.templates = FakeInformer(), FakeInformer()
         self.recorder = FakeRecorder()
         self.policies = FakeInformer()
-        self.r = ClaimReconciler(
-            self.api,  # type: ignore[arg-type]
+        watches = ClaimWatches(
             self.claims,  # type: ignore[arg-type]
             self.sandboxes,  # type: ignore[arg-type]
             self.pools,  # type: ignore[arg-type]
             self.templates,  # type: ignore[arg-type]
-            self.recorder,  # type: ignore[arg-type]
+        )
+        self.r = ClaimReconciler(
+            self.api,  # type: ignore[arg-type]
+            self.claims,  # type: ignore[arg-type]
+            self.sandboxes,  # type: ignore[arg-type]
+            watches,
             clock=lambda: 1_800_000_000.0,
             networkpolicies=self.policies,  # type: ignore[arg-type]
+            writer=ClaimProvider(
+                self.api,  # type: ignore[arg-type]
+                self.sandboxes,  # type: ignore[arg-type]
+                self.pools,  # type: ignore[arg-type]
+                self.templates,  # type: ignore[arg-type]
+                watches,
+                self.recorder,  # type: ignore[arg-type]
+            ),
         )
 
     def informer(self, plural: str) -> FakeInformer:
@@ -672,7 +686,7 @@ async def test_a_terminal_reason_is_also_a_warning_event_once_per_transition() -
     await h.reconcile()
     assert len(h.recorder.events) == 1
     h2 = Harness()  # --disable-claim-events silences it like every claim Event
-    h2.r.events = False
+    h2.r.writer.events = False
     h2.add(SANDBOX_CLAIMS.plural, claim_v1beta1(pool_name="nope"))
     await h2.reconcile()
     assert h2.recorder.events == []
@@ -1066,7 +1080,8 @@ def test_env_injection_follows_the_template_policy(
     policy: str, template_env: list[tuple[str, str]], claim_env: list[tuple[str, str]], result: Any
 ) -> None:
     """Upstream's env table (spec §5.7)."""
-    from agentsandbox.controllers.claim.plan import ClaimFailure, inject_env
+    from agentsandbox.controllers.claim.claimed_sandbox import inject_env
+    from agentsandbox.controllers.claim.plan import ClaimFailure
 
     spec = {
         "containers": [{"name": "app", "env": [{"name": n, "value": v} for n, v in template_env]}]
@@ -1082,7 +1097,8 @@ def test_env_injection_follows_the_template_policy(
 
 
 def test_env_targeted_at_a_container_goes_there_only_and_init_containers_are_reachable() -> None:
-    from agentsandbox.controllers.claim.plan import ClaimFailure, inject_env
+    from agentsandbox.controllers.claim.claimed_sandbox import inject_env
+    from agentsandbox.controllers.claim.plan import ClaimFailure
 
     spec: dict[str, Any] = {
         "initContainers": [{"name": "setup"}],
@@ -1418,7 +1434,7 @@ async def test_env_on_a_warm_pool_claim_starts_cold_with_an_event() -> None:
 
 async def test_claim_events_can_be_switched_off() -> None:
     h = Harness()
-    h.r.events = False
+    h.r.writer.events = False
     setup_pool(h)
     h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
     await h.reconcile()

@@ -24,9 +24,11 @@ from agentsandbox.api.defaults import apply_sandbox_secure_defaults
 from agentsandbox.api.hashing import name_hash, pod_template_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_WARM_POOL
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
+from agentsandbox.controllers.common.errors import ReconcileErrors
 from agentsandbox.controllers.warmpool import act as wa
 from agentsandbox.controllers.warmpool import controller as wp
-from agentsandbox.controllers.warmpool.controller import ReconcileErrors, WarmPoolReconciler
+from agentsandbox.controllers.warmpool.act import PoolWriter
+from agentsandbox.controllers.warmpool.controller import WarmPoolReconciler
 from agentsandbox.controllers.warmpool.plan import (
     EVENT_NOT_PROGRESSING,
     EVENT_PROGRESSING,
@@ -43,6 +45,7 @@ from agentsandbox.kube.errors import (
     KubeError,
     NotFound,
 )
+from agentsandbox.kube.expectations import Expectations
 from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.resources import Resource
 from tests.unit.fakes import FakeInformer, FakeRecorder
@@ -247,14 +250,18 @@ class Harness:
         self.templates, self.pods = FakeInformer(), FakeInformer()
         self.client, self.recorder, self.clock = FakeClient(), FakeRecorder(), Clock()
         self.reconciler = WarmPoolReconciler(
-            self.client,  # type: ignore[arg-type]
             self.pools,  # type: ignore[arg-type]
             self.sandboxes,  # type: ignore[arg-type]
             self.templates,  # type: ignore[arg-type]
             self.pods,  # type: ignore[arg-type]
-            self.recorder,  # type: ignore[arg-type]
             settings or Settings(),
             clock=self.clock,
+            writer=PoolWriter(
+                self.client,  # type: ignore[arg-type]
+                self.recorder,  # type: ignore[arg-type]
+                Expectations(),
+                self.sandboxes,  # type: ignore[arg-type]
+            ),
         )
         self.pools.put(p)
         if t is not None:
@@ -507,7 +514,7 @@ async def test_pool_sandboxes_are_named_here_with_their_pod_name_annotation() ->
     for d in creates:
         assert re.fullmatch(r"pool-[bcdfghjklmnpqrstvwxz2456789]{5}", d["name"]), d["name"]
         assert d["annotations"][keys.ANNOTATION_POD_NAME] == d["name"]
-    long = wp.named({"metadata": {"generateName": "p" * 70 + "-"}})
+    long = wa.named({"metadata": {"generateName": "p" * 70 + "-"}})
     assert len(long["metadata"]["name"]) == 63 and long["metadata"]["name"].startswith("p" * 58)
     assert long["metadata"]["generateName"] == "p" * 70 + "-"  # kept, as the apiserver keeps it
 
@@ -615,7 +622,7 @@ async def test_a_create_still_unanswered_after_the_retries_is_found_by_the_next_
     h = Harness(pool(1), t)
     client = LostAnswerClient()
     client.lose = 0
-    h.client = h.reconciler.client = client  # type: ignore[assignment]
+    h.client = h.reconciler.writer.client = client  # type: ignore[assignment]
     original = client.create
 
     async def done_then_unreachable(resource: Resource, obj: dict[str, Any], *a: Any) -> Any:
@@ -644,7 +651,7 @@ async def test_a_create_whose_answer_was_lost_is_sent_again_under_the_same_name(
     this pool controls means the lost create was done: one sandbox, counted, no error."""
     t = template()
     h = Harness(pool(1), t)
-    h.client = h.reconciler.client = LostAnswerClient()  # type: ignore[assignment]
+    h.client = h.reconciler.writer.client = LostAnswerClient()  # type: ignore[assignment]
     await h.reconcile()
     creates = [d["name"] for v, _, d in h.client.calls if v == "create"]
     assert len(creates) == 2 and creates[0] == creates[1]
@@ -659,7 +666,7 @@ async def test_already_exists_on_a_retry_for_someone_elses_sandbox_picks_another
     t = template()
     h = Harness(pool(1), t)
     client = LostAnswerClient()
-    h.client = h.reconciler.client = client  # type: ignore[assignment]
+    h.client = h.reconciler.writer.client = client  # type: ignore[assignment]
     original = client.create
 
     async def create(resource: Resource, obj: dict[str, Any], *a: Any, **kw: Any) -> Any:
@@ -753,7 +760,9 @@ async def test_deleting_the_pool_cancels_its_create_batch_at_once(how: str) -> N
 
 async def test_a_delete_signal_without_a_running_batch_leaves_nothing_behind() -> None:
     h = Harness(pool(3), template())
-    h.reconciler._pool_gone(h.pool["metadata"]["uid"])  # no batch was running: nothing to stop
+    h.reconciler.writer.pool_gone(
+        h.pool["metadata"]["uid"]
+    )  # no batch was running: nothing to stop
     await h.reconcile()
     assert [v for v, _ in h.verbs()].count("create") == 3  # a live pool is not held back
 
@@ -786,7 +795,7 @@ async def test_a_member_stripped_of_the_pool_label_is_released_with_a_preconditi
     ]
     assert [v for v, _ in h.verbs()].index("patch") < [v for v, _ in h.verbs()].index("create")
     assert [v for v, _ in h.verbs()].count("create") == 1  # replaced, not counted
-    assert ("Normal", wp.EVENT_RELEASED) in [e[:2] for e in h.recorder.events]
+    assert ("Normal", wa.EVENT_RELEASED) in [e[:2] for e in h.recorder.events]
 
 
 async def test_a_conflict_on_a_release_is_no_error_and_looks_again() -> None:
@@ -797,8 +806,8 @@ async def test_a_conflict_on_a_release_is_no_error_and_looks_again() -> None:
     h.client.fail["patch"] = [conflict()]
     result = await h.reconcile()
     assert result is not None and result.requeue_after is not None
-    assert result.requeue_after <= wp.CONFLICT_RECHECK
-    assert wp.EVENT_RELEASED not in [e[1] for e in h.recorder.events]
+    assert result.requeue_after <= wa.CONFLICT_RECHECK
+    assert wa.EVENT_RELEASED not in [e[1] for e in h.recorder.events]
 
 
 async def test_a_terminating_or_foreign_sandbox_is_never_released() -> None:

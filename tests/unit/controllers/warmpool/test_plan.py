@@ -18,7 +18,12 @@ from agentsandbox.api import keys
 from agentsandbox.api.defaults import apply_sandbox_secure_defaults
 from agentsandbox.api.hashing import name_hash, pod_template_hash, sandbox_blueprint_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_WARM_POOL
-from agentsandbox.controllers.claim.plan import adoption_patch, cold_sandbox
+from agentsandbox.controllers.claim.claimed_sandbox import adoption_patch, cold_sandbox
+from agentsandbox.controllers.warmpool.blueprint import (
+    build_blueprint,
+    is_sandbox_stale,
+    pod_specs_match,
+)
 from agentsandbox.controllers.warmpool.plan import (
     EVENT_NOT_PROGRESSING,
     EVENT_PROGRESSING,
@@ -31,11 +36,8 @@ from agentsandbox.controllers.warmpool.plan import (
     Plan,
     Settings,
     Snapshot,
-    build_blueprint,
-    is_sandbox_stale,
     not_progressing_reason,
     plan,
-    pod_specs_match,
     transition_event,
 )
 
