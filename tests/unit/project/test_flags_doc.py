@@ -1,5 +1,5 @@
-"""The README's flags table is `agent-sandbox-controller --help`: the same flags, types, defaults
-and descriptions, and each Helm value it names exists in the chart's values.yaml."""
+"""The flags table of docs/flags.md is `agent-sandbox-controller --help`: the same flags, types,
+defaults and descriptions, and each Helm value it names exists in the chart's values.yaml."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def help_flags() -> dict[str, tuple[str, str, str]]:
 
 
 def readme_rows() -> dict[str, list[str]]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "flags.md").read_text()
     section = text.split("\n## Flags\n", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
@@ -58,7 +58,7 @@ def has_value(values: dict[str, Any], dotted: str) -> bool:
 
 
 def row_for(name: str, kind: str, default: str, desc: str, helm: str) -> str:
-    """The README row a flag should have (printed when the table is out of date)."""
+    """The table row a flag should have (printed when the table is out of date)."""
     shown = f"`{default}`" if default else ""
     return f"| `--{name}` | {kind} | {shown} | {helm} | {desc.replace('|', chr(92) + '|')} |"
 
@@ -77,7 +77,7 @@ def test_the_readme_flags_table_is_the_help_output() -> None:
             wrong.append(row_for(name, kind, default, desc, helm))
     extra = sorted(set(rows) - set(flags))
     assert not wrong and not extra, (
-        "README.md's flags table is not `agent-sandbox-controller --help`; "
+        "docs/flags.md's flags table is not `agent-sandbox-controller --help`; "
         f"rows without a flag: {extra}; rows to put in (a new flag also needs a Helm value in "
         "deploy/helm/agent-sandbox-controller/values.yaml and values.schema.json):\n"
         + "\n".join(wrong)
