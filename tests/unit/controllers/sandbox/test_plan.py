@@ -1349,15 +1349,15 @@ class _NoClient:
 
 
 def _reconciler(*sandboxes: dict[str, Any]) -> Any:
+    from agentsandbox.controllers.sandbox.act import SandboxWriter
     from agentsandbox.controllers.sandbox.controller import SandboxReconciler
 
     return SandboxReconciler(
-        _NoClient(),  # type: ignore[arg-type]
+        SandboxWriter(_NoClient(), None),  # type: ignore[arg-type]
         _Cache(*sandboxes),  # type: ignore[arg-type]
         _Cache(),  # type: ignore[arg-type]
         _Cache(),  # type: ignore[arg-type]
         _Cache(),  # type: ignore[arg-type]
-        None,
         clock=lambda: NOW,
     )
 
