@@ -24,8 +24,6 @@ from typing import Final
 
 from agentsandbox.api import keys
 from agentsandbox.api.hashing import name_hash
-from agentsandbox.api.kinds import SANDBOX
-from agentsandbox.api.owners import controller_of
 from agentsandbox.api.resources import SANDBOXES
 from agentsandbox.controllers.common.podcache import pod_informer
 from agentsandbox.controllers.sandbox.act import (
@@ -36,6 +34,7 @@ from agentsandbox.controllers.sandbox.act import (
     same_step,
 )
 from agentsandbox.controllers.sandbox.children import plan_pod, plan_pvc, plan_service, pvc_name
+from agentsandbox.controllers.sandbox.handlers import sandbox_for_child
 from agentsandbox.controllers.sandbox.memory import CREATED_POD_TTL, FirstStatusHold
 from agentsandbox.controllers.sandbox.plan import plan, with_pod, with_pvc, with_service
 from agentsandbox.controllers.sandbox.status import compute_status, error_events, finish
@@ -55,7 +54,6 @@ from agentsandbox.kube.controller import (
     LabelSelectorPredicate,
     Request,
     Result,
-    api_group,
 )
 from agentsandbox.kube.errors import KubeError
 from agentsandbox.kube.informer import Informer
@@ -75,19 +73,6 @@ def pod_hash_index(pod: KubeObject) -> list[str]:
     meta = pod.get("metadata") or {}
     value = (meta.get("labels") or {}).get(keys.LABEL_SANDBOX_NAME_HASH)
     return [f"{meta.get('namespace', '')}/{value}"] if value else []
-
-
-def sandbox_for_child(obj: KubeObject) -> list[Request]:
-    """A Pod/Service event -> its controlling Sandbox; an unowned child -> the Sandbox of the
-    same name (the one that could adopt it)."""
-    meta = obj.get("metadata") or {}
-    namespace = meta.get("namespace") or ""
-    ref = controller_of(obj)
-    if ref is None:
-        return [Request(namespace, meta["name"])] if meta.get("name") else []
-    if ref.get("kind") != SANDBOX.kind or api_group(ref.get("apiVersion") or "") != SANDBOX.group:
-        return []
-    return [Request(namespace, ref["name"])] if ref.get("name") else []
 
 
 class SandboxReconciler:
@@ -308,4 +293,4 @@ def setup(
     )
 
 
-__all__ = ["SandboxReconciler", "sandbox_for_child", "setup"]
+__all__ = ["SandboxReconciler", "setup"]

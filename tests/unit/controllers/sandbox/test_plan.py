@@ -18,7 +18,7 @@ from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.kinds import SANDBOX
 from agentsandbox.api.owners import controller_of
 from agentsandbox.api.timefmt import format_rfc3339, format_rfc3339_nano
-from agentsandbox.controllers.sandbox.controller import sandbox_for_child
+from agentsandbox.controllers.sandbox.handlers import sandbox_for_child
 from agentsandbox.controllers.sandbox.plan import plan
 from agentsandbox.controllers.sandbox.status import (
     compute_status,
