@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from agentsandbox.api.resources import SANDBOX_TEMPLATES
 from agentsandbox.controllers.template.act import TemplateWriter
+from agentsandbox.controllers.template.handlers import template_for_policy
 from agentsandbox.controllers.template.plan import (
     Action,
     Snapshot,
     network_policy_name,
     plan,
-    template_for_network_policy,
 )
 from agentsandbox.controllers.warmpool.controller import ReconcileErrors
 from agentsandbox.kube.controller import Controller, ControllerBuilder, Request, Result
@@ -44,13 +44,6 @@ class TemplateReconciler:
         self.templates = templates
         self.network_policies = network_policies
         network_policies.add_handler(writer.seen, writer.seen_update, writer.seen_delete)
-
-    # ---------------------------------------------------------------- mapping
-    @staticmethod
-    def template_for_policy(np: KubeObject) -> list[Request]:
-        meta = np.get("metadata") or {}
-        name = template_for_network_policy(str(meta.get("name") or ""))
-        return [Request(meta.get("namespace") or "", name)] if name else []
 
     # ---------------------------------------------------------------- observe
     def observe(self, template: KubeObject) -> Snapshot:
@@ -91,7 +84,7 @@ def setup(mgr: Manager, workers: int = 1) -> Controller:
         .named(CONTROLLER_NAME)
         .for_(SANDBOX_TEMPLATES)
         .owns(NETWORKPOLICIES)
-        .watches(NETWORKPOLICIES, reconciler.template_for_policy)
+        .watches(NETWORKPOLICIES, template_for_policy)
         .workers(workers)
         .complete(reconciler)
     )
