@@ -43,7 +43,6 @@ from agentsandbox.api.resources import (
 from agentsandbox.api.timefmt import format_rfc3339
 from agentsandbox.controllers.autoscaler.act import (
     CONFLICT,
-    ScaleClient,
     ScaleWriter,
     TargetError,
     is_sandbox_warm_pool,
@@ -149,7 +148,7 @@ class AutoscalerReconciler:
 
     def __init__(
         self,
-        client: ScaleClient,
+        writer: ScaleWriter,
         autoscalers: Informer,
         claims: Informer,
         sandboxes: Informer,
@@ -158,7 +157,7 @@ class AutoscalerReconciler:
         settings: Settings | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.writer = ScaleWriter(client)
+        self.writer = writer
         self.autoscalers = autoscalers
         self.pools = pools
         self.recorder = recorder
@@ -454,7 +453,7 @@ def setup(mgr: Manager, settings: Settings | None = None, workers: int = 1) -> C
     autoscalers = mgr.get_informer(SANDBOX_WARM_POOL_AUTOSCALERS)
     pools = mgr.get_informer(SANDBOX_WARM_POOLS)
     reconciler = AutoscalerReconciler(
-        mgr.client,
+        ScaleWriter(mgr.client),
         autoscalers,
         mgr.get_informer(SANDBOX_CLAIMS),
         mgr.get_informer(SANDBOXES),
