@@ -1,6 +1,6 @@
-"""The SandboxWarmPoolAutoscaler controller: observe -> decide (:mod:`.autoscaler_plan`, then the
-other-writer rule of :mod:`.autoscaler_rules`) -> act (:mod:`.autoscaler_act`); the windows the
-observations come from are in :mod:`.autoscaler_source`.
+"""The SandboxWarmPoolAutoscaler controller: wiring, observe and the reconciler: observe -> decide
+(:mod:`.plan`, then the other-writer rule of :mod:`.rules`) -> act (:mod:`.act`); the windows
+the observations come from are in :mod:`.source`, the handlers that feed them in :mod:`.handlers`.
 
 Observe. Claim arrivals and pool refill times are recorded by informer handlers as they happen,
 into windows kept in memory (a restart refills them from the objects' timestamps):

@@ -1,4 +1,7 @@
-"""The Sandbox controller: observe (caches) -> decide (:mod:`.sandbox_plan`) -> act.
+"""The Sandbox controller: wiring, observe (caches) and the reconciler: observe -> decide -> act.
+
+The decision is :mod:`.plan` (with :mod:`.children` and :mod:`.status`), the writes are
+:mod:`.act`, the child-event mapping :mod:`.handlers`.
 
 Wiring (core spec §2.10): ``For(Sandbox)`` with no predicate, and the Pods and Services that carry
 the tracking label ``agents.x-k8s.io/sandbox-name-hash``, each mapped to its controlling Sandbox

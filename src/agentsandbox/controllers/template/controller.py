@@ -1,4 +1,5 @@
-"""The SandboxTemplate controller: observe (caches) -> decide (:mod:`.template_plan`) -> act.
+"""The SandboxTemplate controller: wiring, observe (caches) and the reconciler: observe -> decide
+(:mod:`.plan`) -> act (:mod:`.act`); the NetworkPolicy-name mapping is :mod:`.handlers`.
 
 Wiring (spec extensions §6): ``For(SandboxTemplate)``, ``Owns(NetworkPolicy)``, plus a watch
 that maps *any* NetworkPolicy named ``<template>-network-policy`` to its template, so that when a
