@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from agentsandbox.devcluster import DevCluster, certs
-from agentsandbox.devcluster.cluster import Component
+from agentsandbox.devcluster.process import Component
 
 HERE = Path(__file__).parent
 SHORT_LEASE = (sys.executable, str(HERE / "short_lease_controller.py"))

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from agentsandbox.devcluster import ClusterStartError, DevCluster
-from agentsandbox.devcluster.cluster import Component
+from agentsandbox.devcluster.process import Component
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.informer import Informer, InformerFactory
 from agentsandbox.kube.resources import CONFIGMAPS, EVENTS
