@@ -32,8 +32,7 @@ from typing import Any
 
 from agentsandbox.api.conditions import is_condition_true
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
-from agentsandbox.devcluster import DevCluster
-from agentsandbox.devcluster.cluster import free_port
+from agentsandbox.devcluster.cluster import DevCluster, free_port
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.config import load_kubeconfig
 from agentsandbox.kube.errors import NotFound

@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from agentsandbox.devcluster import DevCluster
+from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.resources import CONFIGMAPS, NAMESPACES
 from agentsandbox.kube.store import Store, index_by_controller_uid, index_by_namespace

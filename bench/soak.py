@@ -66,8 +66,7 @@ from agentsandbox.api.resources import (  # noqa: E402
     SANDBOX_WARM_POOLS,
 )
 from agentsandbox.cli.options import LEADER_ELECTION_ID  # noqa: E402
-from agentsandbox.devcluster import DevCluster  # noqa: E402
-from agentsandbox.devcluster.cluster import free_port  # noqa: E402
+from agentsandbox.devcluster.cluster import DevCluster, free_port  # noqa: E402
 from agentsandbox.kube.client import Client  # noqa: E402
 from agentsandbox.kube.config import load_kubeconfig  # noqa: E402
 from agentsandbox.kube.errors import KubeError, NotFound  # noqa: E402

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentsandbox.devcluster import DevCluster
+from agentsandbox.devcluster.cluster import DevCluster
 from tests.integration.conftest import client, cluster, kubeconfig, namespace, started_cluster
 
 __all__ = ["client", "cluster", "kubeconfig", "namespace"]

@@ -22,8 +22,9 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from agentsandbox.devcluster import DevCluster, certs
-from agentsandbox.devcluster.cluster import Component
+from agentsandbox.devcluster import certs
+from agentsandbox.devcluster.cluster import DevCluster
+from agentsandbox.devcluster.process import Component
 
 HERE = Path(__file__).parent
 SHORT_LEASE = (sys.executable, str(HERE / "short_lease_controller.py"))

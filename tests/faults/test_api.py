@@ -26,8 +26,7 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
-from agentsandbox.devcluster import DevCluster
-from agentsandbox.devcluster.cluster import free_port
+from agentsandbox.devcluster.cluster import DevCluster, free_port
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.config import load_kubeconfig
 from tests.integration.invariants import SandboxHistory, check_converged, controller_process

@@ -16,8 +16,7 @@ from pathlib import Path
 
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from agentsandbox.cli.options import LEADER_ELECTION_ID
-from agentsandbox.devcluster import DevCluster
-from agentsandbox.devcluster.cluster import free_port
+from agentsandbox.devcluster.cluster import DevCluster, free_port
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.leaderelection import JITTER_FACTOR
 from agentsandbox.kube.resources import LEASES

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from agentsandbox.devcluster import BinariesError, ClusterStartError, DevCluster
-from agentsandbox.devcluster.binaries import repo_root
+from agentsandbox.devcluster.binaries import BinariesError, repo_root
+from agentsandbox.devcluster.cluster import DevCluster
+from agentsandbox.devcluster.process import ClusterStartError
 from agentsandbox.kube.client import Client
 
 TESTDATA = Path(__file__).parent / "testdata"

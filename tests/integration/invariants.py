@@ -25,8 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_WARM_POOLS, SANDBOXES
-from agentsandbox.devcluster import DevCluster
-from agentsandbox.devcluster.cluster import free_port
+from agentsandbox.devcluster.cluster import DevCluster, free_port
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.informer import Informer
 

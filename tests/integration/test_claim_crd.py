@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from agentsandbox.api import kinds
-from agentsandbox.devcluster import DevCluster
+from agentsandbox.devcluster.cluster import DevCluster
 
 CRD = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 CLAIM_CRD = CRD / "extensions.agents.x-k8s.io_sandboxclaims.yaml"

@@ -18,7 +18,7 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
-from agentsandbox.devcluster import LIFECYCLE_LABEL
+from agentsandbox.devcluster.cluster import LIFECYCLE_LABEL
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.resources import PODS, Resource

@@ -11,8 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from agentsandbox.devcluster import DevCluster
-from agentsandbox.devcluster.cluster import free_port
+from agentsandbox.devcluster.cluster import DevCluster, free_port
 
 EXE = Path(sys.executable).with_name("agent-sandbox-controller")
 

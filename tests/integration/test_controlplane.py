@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from agentsandbox.devcluster import LIFECYCLE_LABEL, ClusterStartError, DevCluster
-from agentsandbox.devcluster.cluster import free_port
+from agentsandbox.devcluster.cluster import LIFECYCLE_LABEL, DevCluster, free_port
+from agentsandbox.devcluster.process import ClusterStartError
 
 TESTDATA = Path(__file__).parent / "testdata"
 

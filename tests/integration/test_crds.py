@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from agentsandbox.api import kinds
-from agentsandbox.devcluster import DevCluster
+from agentsandbox.devcluster.cluster import DevCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "deploy" / "crds"

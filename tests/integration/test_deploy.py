@@ -24,9 +24,8 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from agentsandbox.devcluster import DevCluster
 from agentsandbox.devcluster.binaries import repo_root
-from agentsandbox.devcluster.cluster import free_port
+from agentsandbox.devcluster.cluster import DevCluster, free_port
 
 EXE = Path(sys.executable).with_name("agent-sandbox-controller")
 ROOT = repo_root() or Path(__file__).resolve().parents[2]

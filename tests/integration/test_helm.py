@@ -27,9 +27,8 @@ import pytest
 import yaml
 
 from agentsandbox.cli.options import build_flagset
-from agentsandbox.devcluster import DevCluster
 from agentsandbox.devcluster.binaries import find_bin_dir
-from agentsandbox.devcluster.cluster import free_port
+from agentsandbox.devcluster.cluster import DevCluster, free_port
 
 from .test_deploy import (
     DEPLOY,

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from agentsandbox.devcluster import ClusterStartError, DevCluster
-from agentsandbox.devcluster.cluster import Component
+from agentsandbox.devcluster.cluster import DevCluster
+from agentsandbox.devcluster.process import ClusterStartError, Component
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.informer import Informer, InformerFactory
 from agentsandbox.kube.resources import CONFIGMAPS, EVENTS

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from agentsandbox.devcluster import DevCluster
+from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.builder import ControllerBuilder
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.manager import Manager

@@ -16,8 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from agentsandbox.devcluster import DevCluster
-from agentsandbox.devcluster.cluster import free_port
+from agentsandbox.devcluster.cluster import DevCluster, free_port
 
 from .test_controller_process import EXE, sandbox_body
 

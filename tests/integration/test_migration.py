@@ -30,7 +30,7 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
-from agentsandbox.devcluster import DevCluster
+from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.resources import Resource
 

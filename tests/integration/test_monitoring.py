@@ -27,8 +27,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentsandbox.api.keys import ANNOTATION_CLIENT_FIRST_REQUESTED_AT
-from agentsandbox.devcluster import DevCluster
-from agentsandbox.devcluster.cluster import free_port
+from agentsandbox.devcluster.cluster import DevCluster, free_port
 
 from .test_deploy import DEPLOY, EXE, serve_warm_and_cold, until
 

@@ -17,7 +17,7 @@ from agentsandbox.api import keys
 from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.resources import SANDBOXES
 from agentsandbox.controllers.sandbox import controller as sandbox_controller
-from agentsandbox.devcluster import DevCluster
+from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import CONFIGMAPS, PERSISTENTVOLUMECLAIMS, PODS, SERVICES

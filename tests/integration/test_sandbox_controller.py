@@ -19,8 +19,7 @@ from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.resources import SANDBOXES
 from agentsandbox.api.timefmt import format_rfc3339_nano
 from agentsandbox.controllers.sandbox import controller as sandbox_controller
-from agentsandbox.devcluster import DevCluster
-from agentsandbox.devcluster.cluster import LIFECYCLE_LABEL
+from agentsandbox.devcluster.cluster import LIFECYCLE_LABEL, DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.manager import Manager

@@ -15,7 +15,7 @@ import pytest
 from agentsandbox.api import keys
 from agentsandbox.api.resources import SANDBOXES
 from agentsandbox.controllers.sandbox import controller as sandbox_controller
-from agentsandbox.devcluster import DevCluster
+from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import Invalid
 from agentsandbox.kube.manager import Manager

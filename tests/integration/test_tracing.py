@@ -31,7 +31,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from agentsandbox.api import keys
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from agentsandbox.controllers.claim import tracing as claim_tracing
-from agentsandbox.devcluster import DevCluster
+from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
 
 from .invariants import controller_process, wait_claims_ready

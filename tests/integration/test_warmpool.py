@@ -24,7 +24,7 @@ from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SA
 from agentsandbox.controllers.sandbox import controller as sandbox_controller
 from agentsandbox.controllers.warmpool import controller as warmpool
 from agentsandbox.controllers.warmpool.plan import Settings
-from agentsandbox.devcluster import LIFECYCLE_LABEL, DevCluster
+from agentsandbox.devcluster.cluster import LIFECYCLE_LABEL, DevCluster
 from agentsandbox.kube import metrics
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound

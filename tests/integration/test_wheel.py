@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agentsandbox.devcluster import DevCluster
-from agentsandbox.devcluster.cluster import free_port
+from agentsandbox.devcluster.cluster import DevCluster, free_port
 
 from .test_deploy import ROOT, until
 

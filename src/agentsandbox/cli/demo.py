@@ -40,8 +40,9 @@ from agentsandbox.api.conditions import is_condition_true, is_sandbox_ready
 from agentsandbox.api.kinds import SANDBOX_CLAIM
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_WARM_POOLS, SANDBOXES
 from agentsandbox.controllers.claim.plan import pool_owner
-from agentsandbox.devcluster import BinariesError, ClusterStartError, DevCluster
-from agentsandbox.devcluster.binaries import repo_root, versions
+from agentsandbox.devcluster.binaries import BinariesError, repo_root, versions
+from agentsandbox.devcluster.cluster import DevCluster
+from agentsandbox.devcluster.process import ClusterStartError
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.config import load_kubeconfig
 from agentsandbox.kube.errors import KubeError

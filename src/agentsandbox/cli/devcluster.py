@@ -14,8 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from agentsandbox.devcluster import BinariesError, ClusterStartError, DevCluster
-from agentsandbox.devcluster.binaries import repo_root
+from agentsandbox.devcluster.binaries import BinariesError, repo_root
+from agentsandbox.devcluster.cluster import DevCluster
+from agentsandbox.devcluster.process import ClusterStartError
 
 
 def _default_dir() -> Path:

@@ -1,6 +1,7 @@
-"""The local control plane used by tests, benchmarks, the demo and ``make cluster``."""
+"""The local control plane used by tests, benchmarks, the demo and ``make cluster``.
 
-from .binaries import BinariesError, find_bin_dir
-from .cluster import LIFECYCLE_LABEL, ClusterStartError, DevCluster
-
-__all__ = ["LIFECYCLE_LABEL", "BinariesError", "ClusterStartError", "DevCluster", "find_bin_dir"]
+Its modules: :mod:`.cluster` (``DevCluster``: set-up, start, stop, admin access),
+:mod:`.process` (each component's process), :mod:`.certs` (the PKI), :mod:`.binaries` (where the
+built binaries are) and :mod:`.standin` (the stand-in sandbox runtime). The package imports
+nothing from the rest of ``agentsandbox``.
+"""

@@ -10,9 +10,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -30,6 +28,7 @@ import yaml
 
 from . import certs
 from .binaries import find_bin_dir, versions
+from .process import ClusterStartError, Component, spawn, tail, terminate, wait_healthy
 
 START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 KCM_CONTROLLERS = (
@@ -44,10 +43,6 @@ LIFECYCLE_LABEL = "kwok.agentsandbox.dev/lifecycle"
 """Pod label read by our kwok stages: ``never-ready``, ``succeed`` or ``fail``."""
 
 
-class ClusterStartError(RuntimeError):
-    """A component failed to start. The message names it and its log."""
-
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -57,51 +52,6 @@ def free_port() -> int:
 def node_pod_cidr(index: int) -> str:
     """A /20 (4094 pod IPs) per node, carved out of 10.64.0.0/10."""
     return f"10.{64 + index // 16}.{(index % 16) * 16}.0/20"
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _pid_alive(pid: int, exe: str | None = None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False
-    if exe is None:
-        return True
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    if not cmdline or not cmdline[0]:
-        return False  # a zombie: exited, not yet reaped
-    return cmdline[0].decode(errors="replace") == exe
-
-
-@dataclass
-class Component:
-    name: str
-    argv: list[str]
-    log: Path
-    health: Callable[[], bool]
-    proc: subprocess.Popen[bytes] | None = None
-    pid: int | None = None
-
-    @property
-    def exe(self) -> str:
-        return self.argv[0]
-
-    def alive(self) -> bool:
-        if self.proc is not None:
-            return self.proc.poll() is None
-        return self.pid is not None and _pid_alive(self.pid, self.exe)
 
 
 @dataclass
@@ -180,32 +130,12 @@ class DevCluster:
         for name in reversed(START_ORDER):
             comp = self.components.get(name)
             if comp is not None:
-                self._terminate(comp)
+                terminate(comp)
         shutil.rmtree(self.etcd_data, ignore_errors=True)
         with contextlib.suppress(OSError):
             self.state_file.unlink()
         if not keep_logs:
             shutil.rmtree(self.workdir, ignore_errors=True)
-
-    @staticmethod
-    def _terminate(comp: Component, grace: float = 10.0) -> None:
-        pid = comp.proc.pid if comp.proc is not None else comp.pid
-        if pid is None or not comp.alive():
-            if comp.proc is not None:
-                comp.proc.poll()
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while comp.alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if comp.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            if comp.proc is not None:
-                comp.proc.wait(5)
-        elif comp.proc is not None:
-            comp.proc.wait(5)
 
     def alive(self) -> bool:
         return bool(self.components) and all(c.alive() for c in self.components.values())
@@ -474,32 +404,9 @@ class DevCluster:
         argv = self._argv(name)
         log = self.logs / f"{name}.log"
         comp = Component(name, argv, log, self._health(name))
-        with log.open("ab") as out:
-            comp.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-                start_new_session=True,  # survives the starting process; Ctrl-C is ours to handle
-            )
+        spawn(comp, self.workdir)
         self.components[name] = comp
-        deadline = time.monotonic() + timeout
-        delay = 0.05
-        while not comp.health():
-            if not comp.alive():
-                code = comp.proc.returncode
-                raise ClusterStartError(
-                    f"{name} exited with code {code} during start-up; log: {log}\n"
-                    f"--- last lines of {log.name} ---\n{_tail(log)}"
-                )
-            if time.monotonic() > deadline:
-                raise ClusterStartError(
-                    f"{name} did not become healthy within {timeout:.0f}s; log: {log}\n"
-                    f"--- last lines of {log.name} ---\n{_tail(log)}"
-                )
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.5)
+        wait_healthy(comp, timeout)
 
     # ------------------------------------------------------------------ admin API access
     def _ssl_context(self) -> ssl.SSLContext:
@@ -597,12 +504,12 @@ class DevCluster:
                 log = self.logs / "kwok.log"
                 raise ClusterStartError(
                     f"only {len(ready)}/{self.nodes} nodes Ready after {timeout:.0f}s; "
-                    f"kwok log: {log}\n{_tail(log)}"
+                    f"kwok log: {log}\n{tail(log)}"
                 )
             for comp in self.components.values():
                 if not comp.alive():
                     raise ClusterStartError(
-                        f"{comp.name} exited; log: {comp.log}\n{_tail(comp.log)}"
+                        f"{comp.name} exited; log: {comp.log}\n{tail(comp.log)}"
                     )
             time.sleep(0.1)
 

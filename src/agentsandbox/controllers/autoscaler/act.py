@@ -1,11 +1,13 @@
-"""The SandboxWarmPoolAutoscaler's act step: the only writes it makes.
+"""The SandboxWarmPoolAutoscaler's act step: :class:`ScaleWriter`, its writes to the API.
 
 - the target's ``/scale`` subresource: read (GET), and set (a JSON merge patch of
   ``spec.replicas`` carrying the ``metadata.resourceVersion`` read in the same pass, so a change
   in between — another writer, the pool's own status write — answers 409 and the pass looks
   again instead of overwriting what it did not see);
-- its own ``/status`` (a JSON merge patch with the resourceVersion it decided on);
-- Events on itself (through the manager's recorder).
+- its own ``/status`` (a JSON merge patch with the resourceVersion it decided on).
+
+Its only other writes are Events on itself, which the reconciler records through the manager's
+recorder.
 
 Nothing else of the target is ever written, so it works with any object that serves ``/scale``
 (the RBAC grants ``get``/``patch`` on ``sandboxwarmpools/scale`` only).

@@ -1,6 +1,6 @@
-"""The SandboxWarmPoolAutoscaler controller: observe -> decide (:mod:`.autoscaler_plan`, then the
-other-writer rule of :mod:`.autoscaler_rules`) -> act (:mod:`.autoscaler_act`); the windows the
-observations come from are in :mod:`.autoscaler_source`.
+"""The SandboxWarmPoolAutoscaler controller: wiring, observe and the reconciler: observe -> decide
+(:mod:`.plan`, then the other-writer rule of :mod:`.rules`) -> act (:mod:`.act`); the windows
+the observations come from are in :mod:`.source`, the handlers that feed them in :mod:`.handlers`.
 
 Observe. Claim arrivals and pool refill times are recorded by informer handlers as they happen,
 into windows kept in memory (a restart refills them from the objects' timestamps):
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -43,10 +43,14 @@ from agentsandbox.api.resources import (
 from agentsandbox.api.timefmt import format_rfc3339
 from agentsandbox.controllers.autoscaler.act import (
     CONFLICT,
-    ScaleClient,
     ScaleWriter,
     TargetError,
     is_sandbox_warm_pool,
+)
+from agentsandbox.controllers.autoscaler.handlers import (
+    TARGET_INDEX,
+    AutoscalerWatches,
+    target_index,
 )
 from agentsandbox.controllers.autoscaler.plan import Memory, Observation, Policy, decide
 from agentsandbox.controllers.autoscaler.rules import (
@@ -81,8 +85,6 @@ log = logging.getLogger("agentsandbox.autoscaler")
 CONTROLLER_NAME = "sandboxwarmpoolautoscaler"
 REPORTING_CONTROLLER = "warmpool-autoscaler"
 DEFAULT_SCALE_DOWN_WINDOW = 300.0
-TARGET_INDEX = "autoscaler-target"  # autoscalers by "<namespace>/<pool name>"
-POOL_TEMPLATE_INDEX = "autoscaler-pool-template"  # pools by "<namespace>/<template name>"
 CONFLICT_RECHECK = 1.0
 
 
@@ -112,21 +114,6 @@ class AutoscalerMemory:
     seeded: bool = False  # the current size entered as a recommendation (first pass)
 
 
-def target_index(autoscaler: KubeObject) -> list[str]:
-    meta = autoscaler.get("metadata") or {}
-    ref = (autoscaler.get("spec") or {}).get("scaleTargetRef") or {}
-    if not is_sandbox_warm_pool(str(ref.get("apiVersion") or ""), str(ref.get("kind") or "")):
-        return []
-    name = ref.get("name")
-    return [f"{meta.get('namespace', '')}/{name}"] if name else []
-
-
-def pool_template_index(pool: KubeObject) -> list[str]:
-    meta = pool.get("metadata") or {}
-    name = ((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name")
-    return [f"{meta.get('namespace', '')}/{name}"] if name else []
-
-
 def policy_of(spec: Mapping[str, Any], settings: Settings) -> Policy:
     window = spec.get("scaleDownStabilizationSeconds")
     extra: dict[str, Any] = {"rate_window": settings.rate_window}
@@ -146,7 +133,7 @@ class AutoscalerReconciler:
 
     def __init__(
         self,
-        client: ScaleClient,
+        writer: ScaleWriter,
         autoscalers: Informer,
         claims: Informer,
         sandboxes: Informer,
@@ -155,7 +142,7 @@ class AutoscalerReconciler:
         settings: Settings | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.writer = ScaleWriter(client)
+        self.writer = writer
         self.autoscalers = autoscalers
         self.pools = pools
         self.recorder = recorder
@@ -163,50 +150,10 @@ class AutoscalerReconciler:
         self.clock = clock
         self.windows = Windows(self.settings.rate_window, clock)
         self._memory: dict[str, AutoscalerMemory] = {}
-        self.enqueue: Callable[[Request], None] | None = None  # set by setup()
-        autoscalers.add_index(TARGET_INDEX, target_index)
-        pools.add_index(POOL_TEMPLATE_INDEX, pool_template_index)
-        claims.add_handler(self._on_claim, None, None)
-        sandboxes.add_handler(
-            self._on_sandbox_add, self._on_sandbox_update, self.windows.sandbox_deleted
-        )
+        # the indexes, the claim and sandbox handlers feeding the windows, the pool mapping
+        self.watches = AutoscalerWatches(self.windows, autoscalers, claims, sandboxes, pools)
 
-    # ---------------------------------------------------------------- recording + mapping
-    def _on_claim(self, claim: KubeObject) -> None:
-        keys = self.windows.claim_added(claim)
-        if keys and self.enqueue is not None:
-            for req in self._requests_for_keys(keys):
-                self.enqueue(req)
-
-    def _on_sandbox_add(self, sb: KubeObject) -> None:
-        self._poke(self.windows.sandbox_added(sb))
-
-    def _on_sandbox_update(self, old: KubeObject, new: KubeObject) -> None:
-        self._poke(self.windows.sandbox_updated(old, new))
-
-    def _poke(self, pool: str | None) -> None:
-        if pool is not None and self.enqueue is not None:
-            for req in self.for_pool_key(pool):
-                self.enqueue(req)
-
-    def for_pool_key(self, key: str) -> list[Request]:
-        return [Request.from_object(a) for a in self.autoscalers.by_index(TARGET_INDEX, key)]
-
-    def for_pool(self, pool: KubeObject) -> list[Request]:
-        meta = pool.get("metadata") or {}
-        return self.for_pool_key(f"{meta.get('namespace', '')}/{meta.get('name')}")
-
-    def _requests_for_keys(self, keys: Iterable[str]) -> list[Request]:
-        out: list[Request] = []
-        for key in keys:
-            ns, kind, name = key.split("/", 2)
-            if kind == "pool":
-                out += self.for_pool_key(f"{ns}/{name}")
-            else:
-                for pool in self.pools.by_index(POOL_TEMPLATE_INDEX, f"{ns}/{name}"):
-                    out += self.for_pool(pool)
-        return out
-
+    # ---------------------------------------------------------------- observe
     def rivals(self, autoscaler: KubeObject) -> list[str]:
         """The names of the other live autoscalers targeting the same SandboxWarmPool."""
         uid = autoscaler["metadata"].get("uid")
@@ -218,7 +165,6 @@ class AutoscalerReconciler:
             and not other["metadata"].get("deletionTimestamp")
         ]
 
-    # ---------------------------------------------------------------- observe
     def observe(self, namespace: str, pool_name: str, current: int) -> Observation:
         pool = self.pools.get(pool_name, namespace)
         keys = [f"{namespace}/pool/{pool_name}"]
@@ -451,7 +397,7 @@ def setup(mgr: Manager, settings: Settings | None = None, workers: int = 1) -> C
     autoscalers = mgr.get_informer(SANDBOX_WARM_POOL_AUTOSCALERS)
     pools = mgr.get_informer(SANDBOX_WARM_POOLS)
     reconciler = AutoscalerReconciler(
-        mgr.client,
+        ScaleWriter(mgr.client),
         autoscalers,
         mgr.get_informer(SANDBOX_CLAIMS),
         mgr.get_informer(SANDBOXES),
@@ -464,10 +410,14 @@ def setup(mgr: Manager, settings: Settings | None = None, workers: int = 1) -> C
         .named(CONTROLLER_NAME)
         .for_(SANDBOX_WARM_POOL_AUTOSCALERS)
         # the pool's spec (replicas: another writer), not its every status write
-        .watches(SANDBOX_WARM_POOLS, reconciler.for_pool, predicates=[GenerationChangedPredicate()])
+        .watches(
+            SANDBOX_WARM_POOLS,
+            reconciler.watches.for_pool,
+            predicates=[GenerationChangedPredicate()],
+        )
         .workers(workers)
         .with_min_interval(settings.min_interval)
         .complete(reconciler)
     )
-    reconciler.enqueue = controller.enqueue
+    reconciler.watches.enqueue = controller.enqueue
     return controller

@@ -1,4 +1,4 @@
-"""The SandboxWarmPoolAutoscaler's pure rules around the sizing decision (:mod:`.autoscaler_plan`):
+"""The SandboxWarmPoolAutoscaler's pure rules around the sizing decision (:mod:`.plan`):
 whether it may write the target's replicas (the other-writer rule), and the status it reports.
 No I/O, no clock reads.
 

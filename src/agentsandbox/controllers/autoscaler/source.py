@@ -1,5 +1,5 @@
 """The SandboxWarmPoolAutoscaler's observations: claim arrivals and pool refill times, recorded
-by informer handlers into in-memory windows (see :mod:`.autoscaler` for what counts as an arrival
+by informer handlers into in-memory windows (see :mod:`.controller` for what counts as an arrival
 and as a refill time). A restart refills the windows from the objects' timestamps."""
 
 from __future__ import annotations

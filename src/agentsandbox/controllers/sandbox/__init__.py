@@ -1,4 +1,4 @@
-"""The Sandbox controller: one pod (plus Service and claims) per Sandbox."""
+"""The Sandbox controller: one Pod (plus its PVCs and a headless Service) per Sandbox."""
 
 from agentsandbox.controllers.sandbox.controller import setup
 

@@ -3,7 +3,7 @@
 The builders (:func:`build_pod`, :func:`build_service`, :func:`build_pvc`) and one decision per
 child in upstream's order PVCs -> Pod -> Service (core spec §2.4): create, adopt (only a child
 labelled ``agents.x-k8s.io/adoptable: "true"``), sync the pod's propagated metadata or the
-Service's selector, delete. Each is a small function of the :class:`~.sandbox_types.Snapshot`,
+Service's selector, delete. Each is a small function of the :class:`~.types.Snapshot`,
 so that the act step can re-plan one child when the API tells it more than the cache did.
 """
 

@@ -7,6 +7,8 @@
 - :class:`FirstStatusHold` — after creating a Sandbox's pod, a *first* status that would only say
   ``DependenciesNotReady`` waits a moment for the pod to become Ready: one status write per new
   Sandbox instead of two (a deliberate deviation, docs/sandbox-controller.md).
+- :class:`CreatedPods` — the pods this process created that the pod cache has not shown yet: a
+  pass that runs before the cache catches up uses the create's answer instead of creating again.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from agentsandbox.kube.store import KubeObject
 
 #: Seconds a new pod gets before a first "not ready yet" status is written anyway.
 FIRST_STATUS_GRACE: Final = 1.0
+#: Seconds a created pod may stay unseen by the cache before it is forgotten.
+CREATED_POD_TTL: Final = 10.0
 #: Seconds our last written status is trusted over a cache that has not shown it (an informer that
 #: skipped our version, e.g. after a relist, must not pin it for longer).
 STATUS_MEMORY: Final = 30.0
@@ -136,4 +140,50 @@ class FirstStatusHold:
         return left
 
 
-__all__ = ["FIRST_STATUS_GRACE", "STATUS_MEMORY", "FirstStatusHold", "StatusMemory"]
+class CreatedPods:
+    """Pods this process created, by (namespace, name), until the pod cache shows them.
+
+    A pass that runs before the cache catches up decides on the create's answer instead of
+    creating again (which the apiserver refuses with AlreadyExists, then a GET: bench P1 saw 96
+    such pairs for 650 sandboxes at 30 claims/s).
+    """
+
+    def __init__(
+        self, ttl: float = CREATED_POD_TTL, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.ttl = ttl
+        self.clock = clock
+        self._pods: dict[Key, tuple[float, KubeObject]] = {}
+
+    def remember(self, namespace: str, name: str, pod: KubeObject) -> None:
+        now = self.clock()
+        memory = self._pods
+        memory[(namespace, name)] = (now, pod)
+        if len(memory) > _BOUND:  # sandboxes never looked at again (deleted at once)
+            for key in [k for k, (t, _) in memory.items() if now - t > self.ttl]:
+                del memory[key]
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Gone as far as we know (we deleted it): never stand in for it again."""
+        self._pods.pop((namespace, name), None)
+
+    def stand_in(self, namespace: str, name: str, cached: KubeObject | None) -> KubeObject | None:
+        """The pod we created as ``name`` while the cache (``cached``) does not show it; it is
+        forgotten once the cache has it, or when it never came within the TTL."""
+        created = self._pods.get((namespace, name))
+        if created is None:
+            return None
+        if cached is not None or self.clock() - created[0] > self.ttl:
+            del self._pods[(namespace, name)]  # the cache has it now (or it never came)
+            return None
+        return created[1]
+
+
+__all__ = [
+    "CREATED_POD_TTL",
+    "FIRST_STATUS_GRACE",
+    "STATUS_MEMORY",
+    "CreatedPods",
+    "FirstStatusHold",
+    "StatusMemory",
+]

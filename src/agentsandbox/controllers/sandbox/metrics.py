@@ -1,5 +1,5 @@
 """The ``agent_sandboxes`` gauge (spec core §5.2) and the Sandbox label helpers it shares with
-the SandboxClaim metrics (:mod:`.claim_metrics`).
+the SandboxClaim metrics (:mod:`agentsandbox.controllers.claim.metrics`).
 
 ``agent_sandboxes{namespace, ready_condition, expired, launch_type, sandbox_template, owned_by,
 created_by}`` is computed on every scrape, one sample per distinct label tuple with the number

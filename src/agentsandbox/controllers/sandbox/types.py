@@ -2,9 +2,9 @@
 
 What one pass sees (:class:`Snapshot`) and decides (:class:`Plan`, one :class:`ChildStep` per
 child), the constants upstream fixes (requeues, shutdown policies, Events, error wraps) and the
-accessors every part of the step reads a Sandbox with. :mod:`.sandbox_plan` decides a pass from
-these with :mod:`.sandbox_children` (Pod, Service, PVCs) and :mod:`.sandbox_status` (status,
-conditions, the pass's events).
+accessors every part of the step reads a Sandbox with. :mod:`.plan` decides a pass from
+these with :mod:`.children` (Pod, Service, PVCs) and :mod:`.status` (status, conditions, the
+pass's events).
 """
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ def setup_reconciler(
     autoscalers.put(copy.deepcopy(autoscaler))
     recorder, clock = Recorder(), Clock()
     rec = AutoscalerReconciler(
-        api,
+        ScaleWriter(api),
         autoscalers,  # type: ignore[arg-type]
         claims,  # type: ignore[arg-type]
         sandboxes,  # type: ignore[arg-type]

@@ -11,7 +11,8 @@ import pytest
 from agentsandbox.api.conditions import is_condition_true
 from agentsandbox.api.hashing import name_hash
 from agentsandbox.controllers.common.podcache import POD_SELECTOR, pod_informer, slim_pod
-from agentsandbox.controllers.sandbox.plan import Snapshot, plan
+from agentsandbox.controllers.sandbox.plan import plan
+from agentsandbox.controllers.sandbox.types import Snapshot
 
 POD: dict[str, Any] = {
     "apiVersion": "v1",

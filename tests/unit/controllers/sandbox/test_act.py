@@ -1,4 +1,4 @@
-"""The Sandbox act step (``controllers/sandbox/controller.py``) through a small fake client.
+"""The Sandbox act step (``controllers/sandbox/act.py``) through a small fake client.
 
 The fake records every API call in order and fails the calls a test tells it to fail, so each
 test checks what the reconciler writes, with which precondition, and what it reports (status,
@@ -18,7 +18,8 @@ import pytest
 
 from agentsandbox.api import keys
 from agentsandbox.api.resources import SANDBOXES
-from agentsandbox.controllers.sandbox.controller import SandboxReconcileError, SandboxReconciler
+from agentsandbox.controllers.sandbox.act import SandboxReconcileError, SandboxWriter
+from agentsandbox.controllers.sandbox.controller import SandboxReconciler
 from agentsandbox.controllers.sandbox.plan import plan
 from agentsandbox.kube.errors import AlreadyExists, Conflict, InternalError, KubeError, NotFound
 from agentsandbox.kube.reconcile import Request, retry_within
@@ -200,12 +201,11 @@ def rig(
     for obj in (*pods, *((service,) if service else ()), *pvcs):
         client.objects[(obj["kind"], obj["metadata"]["name"])] = obj
     reconciler = SandboxReconciler(
-        client,  # type: ignore[arg-type]
+        SandboxWriter(client, recorder),  # type: ignore[arg-type]
         _Cache(sb),  # type: ignore[arg-type]
         _Cache(*pods),  # type: ignore[arg-type]
         _Cache(*(service,) if service else ()),  # type: ignore[arg-type]
         _Cache(*pvcs),  # type: ignore[arg-type]
-        recorder,  # type: ignore[arg-type]
         clock=lambda: NOW,
     )
     # the first-status hold has its own tests below; the others check every write of one pass

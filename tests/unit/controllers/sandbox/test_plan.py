@@ -18,8 +18,15 @@ from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.kinds import SANDBOX
 from agentsandbox.api.owners import controller_of
 from agentsandbox.api.timefmt import format_rfc3339, format_rfc3339_nano
-from agentsandbox.controllers.sandbox.controller import sandbox_for_child
-from agentsandbox.controllers.sandbox.plan import (
+from agentsandbox.controllers.sandbox.handlers import sandbox_for_child
+from agentsandbox.controllers.sandbox.plan import plan
+from agentsandbox.controllers.sandbox.status import (
+    compute_status,
+    finish,
+    ready_condition,
+    status_patch,
+)
+from agentsandbox.controllers.sandbox.types import (
     EVENT_ADOPTED,
     EVENT_ADOPTION_REFUSED,
     EVENT_EXPIRED,
@@ -33,12 +40,7 @@ from agentsandbox.controllers.sandbox.plan import (
     Phase,
     Plan,
     Snapshot,
-    compute_status,
-    finish,
-    plan,
-    ready_condition,
     replicas_of,
-    status_patch,
 )
 from agentsandbox.kube.reconcile import Request
 
@@ -1347,15 +1349,15 @@ class _NoClient:
 
 
 def _reconciler(*sandboxes: dict[str, Any]) -> Any:
+    from agentsandbox.controllers.sandbox.act import SandboxWriter
     from agentsandbox.controllers.sandbox.controller import SandboxReconciler
 
     return SandboxReconciler(
-        _NoClient(),  # type: ignore[arg-type]
+        SandboxWriter(_NoClient(), None),  # type: ignore[arg-type]
         _Cache(*sandboxes),  # type: ignore[arg-type]
         _Cache(),  # type: ignore[arg-type]
         _Cache(),  # type: ignore[arg-type]
         _Cache(),  # type: ignore[arg-type]
-        None,
         clock=lambda: NOW,
     )
 
@@ -1381,7 +1383,7 @@ async def test_an_up_to_date_sandbox_makes_no_api_call() -> None:
 
 # ------------------------------------------------------------------- first pending status
 def test_is_first_pending_status_only_for_a_first_dependencies_not_ready() -> None:
-    from agentsandbox.controllers.sandbox.plan import is_first_pending_status
+    from agentsandbox.controllers.sandbox.status import is_first_pending_status
 
     def status(ready: str, reason: str) -> dict[str, Any]:
         return {"conditions": [{"type": "Ready", "status": ready, "reason": reason}]}
@@ -1411,7 +1413,7 @@ def _controlled(sb: dict[str, Any], kind: str) -> dict[str, Any]:
 
 def test_a_warm_pool_members_first_pod_is_created_without_an_event() -> None:
     """Ours: pools make members by the hundreds; one Event write less per pool sandbox."""
-    from agentsandbox.controllers.sandbox.plan import in_warm_pool, plan_pod
+    from agentsandbox.controllers.sandbox.children import in_warm_pool, plan_pod
 
     member = _controlled(sandbox(), "SandboxWarmPool")
     assert in_warm_pool(member)
@@ -1425,7 +1427,7 @@ def test_a_warm_pool_members_first_pod_is_created_without_an_event() -> None:
 
 
 def test_a_pool_member_whose_pod_went_away_still_says_so() -> None:
-    from agentsandbox.controllers.sandbox.plan import plan_pod
+    from agentsandbox.controllers.sandbox.children import plan_pod
 
     member = _controlled(sandbox(status={"replicas": 1}), "SandboxWarmPool")
     event = plan_pod(snap(member)).step.event

@@ -14,11 +14,9 @@ from agentsandbox.api import keys
 from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.kinds import SANDBOX_TEMPLATE
 from agentsandbox.api.resources import SANDBOX_TEMPLATES
-from agentsandbox.controllers.template.controller import (
-    CONFLICT_RECHECK,
-    WRITE_MEMORY,
-    TemplateReconciler,
-)
+from agentsandbox.controllers.template.act import WRITE_MEMORY, TemplateWriter
+from agentsandbox.controllers.template.controller import CONFLICT_RECHECK, TemplateReconciler
+from agentsandbox.controllers.template.handlers import template_for_policy
 from agentsandbox.controllers.template.plan import (
     REASON_NETWORK_POLICY_CONFLICT,
     REASON_NETWORK_POLICY_FAILED,
@@ -322,7 +320,7 @@ def test_policy_names_map_back_to_templates() -> None:
     assert template_for_network_policy("-network-policy") is None
     assert template_for_network_policy("something-else") is None
     np = network_policy(None, name="web-network-policy")
-    assert TemplateReconciler.template_for_policy(np) == [Request(NS, "web")]
+    assert template_for_policy(np) == [Request(NS, "web")]
 
 
 # ------------------------------------------------------------- act, through the fake API
@@ -354,11 +352,13 @@ class Rig:
         self.recorder = FakeRecorder()
         self.now = 1000.0
         self.r = TemplateReconciler(
-            self.api,  # type: ignore[arg-type]
+            TemplateWriter(
+                self.api,  # type: ignore[arg-type]
+                self.recorder,  # type: ignore[arg-type]
+                clock=lambda: self.now,
+            ),
             self.templates,  # type: ignore[arg-type]
             self.nps,  # type: ignore[arg-type]
-            self.recorder,  # type: ignore[arg-type]
-            clock=lambda: self.now,
         )
 
     def add_template(self, tpl: dict[str, Any]) -> dict[str, Any]:
