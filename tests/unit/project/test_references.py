@@ -62,10 +62,10 @@ def test_nothing_points_outside_the_repository() -> None:
 
 def test_the_scan_catches_each_kind_of_outside_reference() -> None:
     lines = [
-        "see spec CORE \u00a72.4",
-        "as spec Extensions says",
-        "The Seed says so",
-        "the seed" + "'s rule",
+        "see spec " + "CORE \u00a72.4",
+        "as spec " + "Extensions says",
+        "The " + "Seed says so",
+        "the " + "seed" + "'s rule",
         "in ../" + "shared/x.md",
         "/" + "work/main/src",
         "/" + "home/me/x",
