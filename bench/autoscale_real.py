@@ -109,7 +109,7 @@ class TraceSpec:
     seed: int = 1
 
     def times(self) -> list[float]:
-        """The claims' send times, seconds from the trace's start (fixed by the seed)."""
+        """The claims' send times, seconds from the trace's start (fixed by the random seed)."""
         rng = random.Random(f"autoscale-real-{self.seed}")
         out: list[float] = []
         for k in range(self.bursts):
@@ -229,9 +229,10 @@ class Observer:
 
     def slot_seconds(self) -> list[float]:
         """Adoption -> a replacement Ready, each adoption matched first-in first-out to the next
-        new pool member turning Ready (as the simulator's ``local`` samples were derived from
-        P1): the time a pool slot is busy, the controller's reaction included. Creates of a
-        scale-up are matched too, so in an autoscaled run this is a little optimistic."""
+        new pool member turning Ready (as the simulator's ``local`` samples were derived from the
+        claim rate sweep, ``bench/p1_claims.py``): the time a pool slot is busy, the controller's
+        reaction included. Creates of a scale-up are matched too, so in an autoscaled run this is
+        a little optimistic."""
         out: list[float] = []
         j = 0
         for a in self.adoptions:
@@ -464,7 +465,7 @@ def simulate_static(
 ) -> dict[str, Any]:
     """The smallest static size reaching run 1's warm share (after the warm-up) on the same
     claim times, with the slot time measured by :func:`calibrate` (the simulator's real
-    ``plan()``); the simulator's own ``local`` samples (from P1) beside."""
+    ``plan()``); the simulator's own ``local`` samples (from the claim rate sweep) beside."""
     from agentsandbox.sim import latency as lat
     from agentsandbox.sim.compare import compare
     from agentsandbox.sim.engine import Config

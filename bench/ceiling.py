@@ -1,4 +1,4 @@
-"""The same-run ceiling of ``design/performance.md`` and the watches the fill scenarios share.
+"""The same-run ceiling of ``docs/benchmarks.md`` and the watches the fill scenarios share.
 
 **The ceiling**: a bare async loop that creates the same Sandbox objects a warm pool would (the
 pool's own blueprint, ``build_blueprint``, without the pool owner reference) with a client limited

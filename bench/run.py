@@ -1,4 +1,4 @@
-"""``make bench``: the performance scenarios P1-P7 of ``design/performance.md`` on one private
+"""``make bench``: the performance scenarios P1-P7 of ``docs/benchmarks.md`` on one private
 local control plane (10 kwok nodes, audit log of writes on), each with the controller in its own
 process, each from a fresh namespace once the previous scenario's namespaces are gone, each under
 its own time cap.

@@ -6,9 +6,10 @@ Our side is read from the code, never typed by hand: flags from the flag set
 (``agentsandbox.cli.options.build_flagset``), keys from ``agentsandbox.api.keys``, condition
 reasons from the ``REASON_*`` constants of the modules that write conditions, metrics from the
 registry after importing the controllers and registering the collectors. The upstream side
-(names, defaults, meanings) comes from the specs (``../shared/spec/core.md``,
-``../shared/spec/extensions.md``) and is kept below as data, with a note wherever we differ on
-purpose.
+(names, defaults, meanings) describes upstream at 35b9757f
+(https://github.com/kubernetes-sigs/agent-sandbox/tree/35b9757f) and later upstream (``HEAD``
+below; most entries name the pull request) and is kept below as data, with a note wherever we
+differ on purpose (docs/design/architecture.md, "Which upstream we follow").
 
     python hack/gen_compat.py           # write docs/compatibility.md
     python hack/gen_compat.py --check   # exit 1 if docs/compatibility.md is stale
@@ -32,8 +33,9 @@ SEED = "35b9757f"
 HEAD = "HEAD"
 
 # ------------------------------------------------------------------------------ upstream: flags
-#: name -> (type, default as upstream prints it, version, meaning). Spec core §3.1 (seed) and §8,
-#: extensions §9 (HEAD). Where the spec gives no default, "—" (see the note).
+#: name -> (type, default as upstream prints it, version, meaning): upstream 35b9757f's flags and
+#: later upstream's (HEAD); the rules in docs/design/architecture.md, "The flags". Where we have
+#: no record of upstream's default, "—" (see the note).
 UPSTREAM_FLAGS: dict[str, tuple[str, str, str, str]] = {
     "version": ("bool", "false", SEED, "print the version block and exit"),
     "cluster-domain": ("string", "cluster.local", SEED, "suffix of status.serviceFQDN"),
@@ -107,21 +109,21 @@ FLAG_NOTES: dict[str, str] = {
     "pprof-block-profile-rate": "Go runtime profiling has no Python equivalent",
     "pprof-mutex-profile-fraction": "Go runtime profiling has no Python equivalent",
     "enable-tracing": "OTLP over HTTP, not gRPC; SandboxClaim spans only (docs/tracing.md)",
-    "sandbox-concurrent-workers": "seed default kept (see Decisions)",
-    "sandbox-claim-concurrent-workers": "seed default kept (see Decisions)",
+    "sandbox-concurrent-workers": "35b9757f's default kept (see Decisions)",
+    "sandbox-claim-concurrent-workers": "35b9757f's default kept (see Decisions)",
     "enable-webhook": "no webhook server here: v1alpha1 is served without conversion",
     "manage-webhook-certs": "no webhook server here",
     "webhook-port": "no webhook server here",
     "webhook-cert-dir": "no webhook server here",
-    "webhook-cert-name": "no webhook server here; default not in the spec (controller-runtime's)",
-    "webhook-key-name": "no webhook server here; default not in the spec (controller-runtime's)",
+    "webhook-cert-name": "no webhook server here; ours is controller-runtime's default",
+    "webhook-key-name": "no webhook server here; ours is controller-runtime's default",
     "webhook-service-name": "no webhook server here",
     "webhook-namespace": "no webhook server here",
-    "separate-watch-connection": "one connection pool; default not in the spec",
-    "api-connections": "one connection pool; default not in the spec",
-    "cache-label-selectors": "type not in the spec; our Pod cache is always label-scoped",
+    "separate-watch-connection": "one connection pool; upstream default not recorded",
+    "api-connections": "one connection pool; upstream default not recorded",
+    "cache-label-selectors": "upstream type not recorded; our Pod cache is always label-scoped",
     "sandbox-write-behind-window": "not implemented: metadata writes are synchronous (upstream 0)",
-    "enable-warm-pool-eviction": "HEAD's default: the flag has no seed default (see Decisions)",
+    "enable-warm-pool-eviction": "HEAD's default: 35b9757f has no such flag (see Decisions)",
     "enable-warm-pool-autoscaler": "ours: SandboxWarmPoolAutoscaler (docs/autoscaler-object.md)",
     "warm-pool-autoscaler-sync-period": "ours: autoscaler setting (docs/autoscaler-object.md)",
     "warm-pool-autoscaler-rate-window": "ours: autoscaler setting (docs/autoscaler-object.md)",
@@ -129,7 +131,8 @@ FLAG_NOTES: dict[str, str] = {
 }
 
 # ---------------------------------------------------------------------------- upstream: keys
-#: key -> (label | annotation, version, meaning). Spec extensions §2.2, core §1.5 and §8, ext §9.
+#: key -> (label | annotation, version, meaning); docs/design/architecture.md, "Labels and
+#: annotations".
 UPSTREAM_KEYS: dict[str, tuple[str, str, str]] = {
     "agents.x-k8s.io/warm-pool-sandbox": ("label", SEED, "pool sandbox; NameHash(pool name)"),
     "agents.x-k8s.io/sandbox-template-ref-hash": ("label", SEED, "NameHash(template name)"),
@@ -164,7 +167,8 @@ KEY_NOTES: dict[str, str] = {
 }
 
 # -------------------------------------------------------------------------- upstream: reasons
-#: (object, condition reason) -> (version, meaning). Core §1.4 and §8, extensions §5.9 and §9.
+#: (object, condition reason) -> (version, meaning); docs/design/sandbox.md, "The Ready
+#: condition", and docs/design/claim.md, "The claim's status".
 UPSTREAM_REASONS: dict[tuple[str, str], tuple[str, str]] = {
     ("Sandbox", "DependenciesReady"): (SEED, "Ready: pod Ready (+ Service)"),
     ("Sandbox", "DependenciesNotReady"): (SEED, "Ready False otherwise"),
@@ -215,7 +219,7 @@ REASON_NOTES: dict[tuple[str, str], str] = {
 }
 
 # -------------------------------------------------------------------------- upstream: metrics
-#: name -> (type, labels, version). Core §5 and §5.1, extensions §7 and §9.
+#: name -> (type, labels, version); docs/metrics.md.
 UPSTREAM_METRICS: dict[str, tuple[str, str, str]] = {
     "agent_sandbox_claim_startup_latency_ms": ("histogram", "launch_type,sandbox_template", SEED),
     "agent_sandbox_claim_controller_startup_latency_ms": (
@@ -266,9 +270,9 @@ METRIC_NOTES: dict[str, str] = {
     "agent_sandbox_build_info": "go_version carries the Python version, compiler the runtime",
     "process_*": "prometheus-client's process collector",
     "go_*": "python_* (prometheus-client's platform and GC collectors) instead",
-    "agent_sandbox_client_claim_startup_latency_ms": "labels not in the spec",
-    "agent_sandbox_claim_creation_total": "seed labels plus HEAD's created_by (#1039)",
-    "agent_sandboxes": "seed labels plus HEAD's created_by (#1039)",
+    "agent_sandbox_client_claim_startup_latency_ms": "upstream labels not recorded",
+    "agent_sandbox_claim_creation_total": "35b9757f's labels plus HEAD's created_by (#1039)",
+    "agent_sandboxes": "35b9757f's labels plus HEAD's created_by (#1039)",
     **{
         f"workqueue_{n}": "also labelled by controller, as controller-runtime's workqueue metrics"
         for n in (
@@ -288,8 +292,8 @@ MACHINE_PREFIXES = ("process_", "python_")
 DECISIONS = """\
 ## Decisions
 
-- **Defaults.** A flag the seed (35b9757f) already has keeps the seed's default, as spec core §3.1
-  lists it: `--sandbox-concurrent-workers` 1 and `--sandbox-claim-concurrent-workers` 1, although
+- **Defaults.** A flag upstream 35b9757f already has keeps that version's default:
+  `--sandbox-concurrent-workers` 1 and `--sandbox-claim-concurrent-workers` 1, although
   upstream HEAD raised them to 100 (#1220) and 50 (#996). Our reconcilers are asyncio tasks on one
   event loop, so more workers mostly buy more concurrent API calls; a Deployment that wants HEAD's
   numbers passes them (both are validated > 0 as upstream). A flag that only exists at HEAD takes
@@ -301,11 +305,11 @@ DECISIONS = """\
   `--webhook-service-name`, `--webhook-namespace`) and the connection-tuning flags
   (`--separate-watch-connection`, `--api-connections`) parse with upstream's names so that a HEAD
   Deployment's `args` start this binary; each one given logs one warning line at start-up. Names
-  and defaults are spec core §8's; the spec gives no default for the certificate/key file names
-  (we show controller-runtime's `tls.crt`/`tls.key`) nor for the connection flags (off / 1).
-  `--cache-label-selectors` and `--sandbox-write-behind-window` are not accepted (the spec gives
-  no type for the first; the second would change behaviour): like any unknown flag they end
-  start-up with one line and exit code 2.
+  and defaults are upstream HEAD's; we have no record of upstream's default for the
+  certificate/key file names (we show controller-runtime's `tls.crt`/`tls.key`) nor for the
+  connection flags (off / 1). `--cache-label-selectors` and `--sandbox-write-behind-window` are
+  not accepted (we have no record of upstream's type for the first; the second would change
+  behaviour): like any unknown flag they end start-up with one line and exit code 2.
 - **Replenish delay** (`--sandbox-warm-pool-replenish-delay`): a member *left* the pool when the
   previous pass kept it and this pass no longer sees it as an active member, unless the pool
   deleted it itself (stale, stuck, excess): a claim adopted it, or someone deleted it. Counted by
@@ -422,8 +426,8 @@ def render() -> str:
         "`python hack/gen_compat.py` (tests/unit/project/test_compat_doc.py fails when it "
         "drifts) -->",
         "",
-        "Every upstream flag, label and annotation key, condition reason and metric (spec core and "
-        "extensions, the seed 35b9757f and later HEAD changes), with ours beside it. *same* means "
+        "Every upstream flag, label and annotation key, condition reason and metric (upstream "
+        "35b9757f and later HEAD changes), with ours beside it. *same* means "
         "same name, type and default; anything else says why.",
         "",
         DECISIONS,

@@ -659,7 +659,8 @@ class TestAcceptedThenReported:
 
     async def test_claim_with_a_pod_label_value_too_long(self, client: Client, home: str) -> None:
         """The claim's additionalPodMetadata is a free map in the schema; the controller checks
-        it (spec §5.7) and reports instead of creating a pod the apiserver would refuse."""
+        it (docs/design/claim.md, "Pod metadata and env") and reports instead of creating a pod
+        the apiserver would refuse."""
         await client.create(SANDBOX_TEMPLATES, template("tpl-meta"), home)
         await client.create(
             SANDBOX_CLAIMS,

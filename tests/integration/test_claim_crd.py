@@ -3,9 +3,10 @@
 k8s-agent-sandbox 0.4.6 POSTs ``extensions.agents.x-k8s.io/v1alpha1`` claims with
 ``sandboxTemplateRef`` (+ ``warmpool``); 1.0.8 POSTs ``v1beta1`` claims with ``warmPoolRef``,
 ``env``, ``additionalPodMetadata``, ``volumeClaimTemplates`` and ``lifecycle``
-(``/work/shared/clients/sdk-contract.md`` §1.2, §2.2). Both versions share one schema and storage
-without conversion, so each body must be stored whole whichever version it is sent to and read
-back through; the CEL rules turn the mixed-up bodies into messages a user understands.
+(each client's ``k8s_helper.py``; docs/api.md, "The SandboxClaim: one schema for both client
+generations"). Both versions share one schema and storage without conversion, so each body must
+be stored whole whichever version it is sent to and read back through; the CEL rules turn the
+mixed-up bodies into messages a user understands.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def rejection(fn: Callable[[], Any]) -> tuple[int, str]:
 
 # --------------------------------------------------------------------------- the clients' bodies
 def client_046_body(version: str) -> dict[str, Any]:
-    """sdk-contract.md §1.2 (w046/k8s_helper.py:45-67), with labels and a shutdown time."""
+    """What k8s-agent-sandbox 0.4.6's ``k8s_helper.py`` POSTs, with labels and a shutdown time."""
     return {
         "apiVersion": f"{GROUP}/{version}",
         "kind": "SandboxClaim",
@@ -96,7 +97,7 @@ def client_046_body(version: str) -> dict[str, Any]:
 
 
 def client_108_body(version: str) -> dict[str, Any]:
-    """sdk-contract.md §2.2 (w108/k8s_helper.py:89-127), every optional field set."""
+    """What k8s-agent-sandbox 1.0.8's ``k8s_helper.py`` POSTs, every optional field set."""
     return {
         "apiVersion": f"{GROUP}/{version}",
         "kind": "SandboxClaim",

@@ -1,4 +1,4 @@
-"""The controller process's ``/metrics`` against upstream's metric families (review T5).
+"""The controller process's ``/metrics`` against upstream's metric families (docs/metrics.md).
 
 Upstream = agent-sandbox 35b9757f on controller-runtime v0.23.3 (which registers the reconcile,
 work queue, ``rest_client_requests_total``, leader election, process and Go families). The test
@@ -48,7 +48,7 @@ UPSTREAM: dict[str, set[str]] = {
     "process_virtual_memory_bytes": set(),
     "process_resident_memory_bytes": set(),
     "process_start_time_seconds": set(),
-    # core (spec core §5): registered with or without --extensions
+    # core (docs/metrics.md, "Always registered"): registered with or without --extensions
     "agent_sandboxes": {
         "namespace",
         "ready_condition",
@@ -68,7 +68,8 @@ UPSTREAM: dict[str, set[str]] = {
     },
 }
 # Upstream families exported with --extensions that have samples only once a claim was counted
-# (spec extensions §7; the client one is upstream HEAD's #565): name -> (type, label names).
+# (docs/metrics.md, "With `--extensions`: the SandboxClaim families"; the client one is upstream
+# HEAD's #565): name -> (type, label names).
 # prometheus_client prints HELP/TYPE for a labelled family with no samples (Go's registry leaves
 # such a vector out), so each must be present; its labels are checked when it has samples.
 UPSTREAM_CLAIM: dict[str, tuple[str, set[str]]] = {

@@ -2,12 +2,13 @@
 
 The objects upstream's controller left behind are literal YAML in ``tests/testdata/upstream/``,
 label values included (written as data, never computed here): a template, a pool of 20 (10
-sandboxes as the seed wrote them, 10 as today's upstream writes them), and a claim made by a 0.4.x
-client, stored by upstream's conversion webhook (``shadow-pool-<template>`` + the v1alpha1 state
-annotation) and bound to a sandbox upstream adopted for it. Only UIDs (which cannot be literal) and
-the namespace are filled in. Then our controllers start, and must take all of it over with no
-churn: the pool Ready at 20 with **no write to any sandbox beyond its status** (no create, no
-delete, no update or patch of the object itself), the claim still bound to its sandbox, Ready.
+sandboxes as upstream 35b9757f wrote them, 10 as today's upstream writes them), and a claim made
+by a 0.4.x client, stored by upstream's conversion webhook (``shadow-pool-<template>`` + the
+v1alpha1 state annotation) and bound to a sandbox upstream adopted for it. Only UIDs (which
+cannot be literal) and the namespace are filled in. Then our controllers start, and must take all
+of it over with no churn: the pool Ready at 20 with **no write to any sandbox beyond its status**
+(no create, no delete, no update or patch of the object itself), the claim still bound to its
+sandbox, Ready.
 """
 
 from __future__ import annotations

@@ -12,13 +12,15 @@ Every fifth round it also writes lies into our status (pool replicas 999, the cl
 
 Then: no crash, everything converges (the pool at the replicas the writer left, all Ready, its
 status true again; the claim still Ready on the sandbox it had, its status true again), and
-every key of the writer is still there with its last value. Our own writes go where spec §10
-puts them: pool status by server-side apply on ``/status``, claim status by a JSON merge patch
-on ``/status``, adoption by a merge patch with a resourceVersion precondition, so none of them
-can carry stale copies of another writer's fields.
+every key of the writer is still there with its last value. Our own writes go where
+docs/design/architecture.md, "How each controller writes", puts them: pool status by server-side
+apply on ``/status``, claim status by a JSON merge patch on ``/status``, adoption by a merge patch
+with a resourceVersion precondition, so none of them can carry stale copies of another writer's
+fields.
 
 A writer that removes a key we own (the pool label of a member) gets the member replaced; the
-stripped sandbox is released by the pool (it was leaked before: bug 4, fixed).
+stripped sandbox is released by the pool (it used to leak; docs/design/warmpool.md, "Sorting the
+members").
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ DATA_VCT = {
 }
 
 
-# ---------------------------------------------------------------------------------- F1
+# ------------------------------------------------------------ a PVC that is not ours blocks the pod
 async def test_a_pvc_owned_by_another_controller_blocks_the_pod(
     client: Client, manager: Manager, namespace: str
 ) -> None:

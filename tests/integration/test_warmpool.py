@@ -358,7 +358,8 @@ async def _apiserver_count(
 async def test_no_over_creation_20_pools_of_25_with_50_workers(
     client: Client, namespace: str
 ) -> None:
-    """P4: exactly 500 creates, no pool ever above its target, reconciles concurrent and cached."""
+    """Exactly 500 creates, no pool ever above its target, reconciles concurrent and cached (the
+    no-over-creation scenario of docs/benchmarks.md)."""
     await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
     creates: dict[str, int] = {}
     per_pool_max: dict[str, int] = {}

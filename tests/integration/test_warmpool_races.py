@@ -81,8 +81,9 @@ async def test_pool_delete_decided_on_a_stale_view_spares_the_changed_sandbox(
     client: Client,
     namespace: str,
 ) -> None:
-    """Review #1 through the real apiserver: the pool decides to delete an excess sandbox, a
-    claim adopts it before the DELETE lands; the precondition makes the DELETE a 409."""
+    """Through the real apiserver: the pool decides to delete an excess sandbox, a claim adopts
+    it before the DELETE lands; the precondition makes the DELETE a 409 (docs/design/warmpool.md,
+    "Replenishing the pool")."""
     await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
     pool = await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 1), namespace)
     taker = await client.create(

@@ -28,7 +28,8 @@ TRUE: Final = "True"
 FALSE: Final = "False"
 UNKNOWN: Final = "Unknown"
 
-# --- Sandbox (core spec §1.4) -----------------------------------------------------------------
+# --- Sandbox ----------------------------------------------------------------------------------
+# (docs/design/sandbox.md, "The Ready condition" and "The Finished and Suspended conditions")
 CONDITION_READY: Final = "Ready"
 CONDITION_SUSPENDED: Final = "Suspended"
 CONDITION_FINISHED: Final = "Finished"
@@ -54,7 +55,7 @@ MESSAGE_POD_NOT_TERMINATED: Final = "Pod has not been terminated. Sandbox is ope
 MESSAGE_POD_SUCCEEDED: Final = "Pod completed successfully"
 MESSAGE_POD_FAILED: Final = "Pod failed"
 
-# --- SandboxClaim (extensions spec §1.4) ------------------------------------------------------
+# --- SandboxClaim (docs/design/claim.md, "The claim's status") ---------------------------------
 REASON_CLAIM_EXPIRED: Final = "ClaimExpired"
 
 

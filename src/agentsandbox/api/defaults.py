@@ -1,4 +1,5 @@
-"""Secure defaults applied to the pods of template-built sandboxes (extensions spec §3.1)."""
+"""Secure defaults applied to the pods of template-built sandboxes (docs/design/template.md,
+"Secure defaults for sandbox pods")."""
 
 from __future__ import annotations
 

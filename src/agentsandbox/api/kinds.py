@@ -7,7 +7,7 @@ from typing import Final
 
 CORE_GROUP: Final = "agents.x-k8s.io"
 EXTENSIONS_GROUP: Final = "extensions.agents.x-k8s.io"
-#: Ours only (not upstream's): the SandboxWarmPoolAutoscaler (docs/autoscaling.md).
+#: Ours only (not upstream's): the SandboxWarmPoolAutoscaler (docs/autoscaler-object.md).
 AUTOSCALING_GROUP: Final = "autoscaling.agentsandbox.dev"
 
 V1BETA1: Final = "v1beta1"

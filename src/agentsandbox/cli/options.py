@@ -1,4 +1,5 @@
-"""The manager's flags: upstream's names, defaults and start-up validation (spec core §3.1).
+"""The manager's flags: upstream's names, defaults and start-up validation
+(docs/design/architecture.md, "The flags").
 
 An upstream Deployment's ``args`` must work unchanged, so the flag names, types and defaults are
 upstream's, parsed with Go ``flag`` semantics (:mod:`.goflags`). Flags that have no meaning in a
@@ -22,7 +23,8 @@ NOT_APPLICABLE = (
 )
 # Upstream HEAD flags accepted so that a HEAD Deployment's args still start this binary, but with
 # no effect (a warning line each when given): we run no webhook server (v1alpha1 is served without
-# a conversion webhook, docs/api.md) and keep one API connection pool (spec core §8, #1240).
+# a conversion webhook, docs/api.md) and keep one API connection pool (#1240;
+# docs/design/architecture.md, "The flags", flags accepted with no effect).
 NO_EFFECT = (
     "enable-webhook",
     "manage-webhook-certs",

@@ -332,7 +332,8 @@ class Controller:
             elapsed = time.perf_counter() - started
             self._m_time.observe(elapsed)
             self._m_active.dec()
-            if self._log.isEnabledFor(logging.DEBUG):  # one line per pass (bench P7 parses it)
+            # one line per pass (bench/p7_scale.py parses it)
+            if self._log.isEnabledFor(logging.DEBUG):
                 self._log.debug(
                     "reconciled",
                     extra={

@@ -62,7 +62,8 @@ from .traces import Trace
 
 EPOCH = 1_800_000_000.0  # simulated t = 0 as a wall-clock time (timestamps in the objects)
 TICK = 0.1  # seconds: reconciles coalesced per tick
-WARM_LATENCY = 0.017  # seconds: a warm claim (P1's p50 at 10 claims/s, docs/benchmarks.md)
+# seconds: a warm claim (p50 of the claim rate sweep at 10 claims/s, docs/benchmarks.md)
+WARM_LATENCY = 0.017
 NAMESPACE = "sim"
 POOL = "pool"
 VISIBLE_READY = 4  # Ready members the compact view shows

@@ -1,8 +1,9 @@
 """Sandbox create -> Ready latency distributions for the simulator.
 
 ``local`` is **measured**: the time from a claim adopting a pool sandbox to the pool's replacement
-being Ready, on the local control plane (kwok nodes), taken from ``bench/results/P1.json`` (the
-full ``make bench`` run of 2026-12-03, commit ``3ad2720``, see ``docs/benchmarks.md``): the Ready
+being Ready, on the local control plane (kwok nodes), taken from the claim rate sweep's results
+(``bench/results/P1.json`` of the full ``make bench`` run of 2026-12-03, commit ``3ad2720``, not
+kept in the repository; see ``docs/benchmarks.md``): the Ready
 pool-member series of the 10 claims/s and 20 claims/s steps, departures matched first-in
 first-out to the next rise. 400 samples; mean 0.22 s, median 0.11 s, p99 0.91 s. The steps at 30
 claims/s and above are left out: the traces here stay at or below 5 claims/s, and above the knee

@@ -1,4 +1,5 @@
-"""Condition helpers with ``meta.SetStatusCondition`` semantics (extensions spec §3.3)."""
+"""Condition helpers with ``meta.SetStatusCondition`` semantics (docs/design/architecture.md,
+"Conditions")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``apply_sandbox_secure_defaults`` (extensions spec §3.1): one test per rule."""
+"""``apply_sandbox_secure_defaults`` (docs/design/template.md, "Secure defaults for sandbox pods"):
+one test per rule."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Semantic equality (extensions spec §3.4): typed along the Go layout, and untyped JSON."""
+"""Semantic equality (docs/design/architecture.md, "Semantic equality"): typed along the Go
+layout, and untyped JSON."""
 
 from __future__ import annotations
 

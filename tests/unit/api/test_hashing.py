@@ -1,4 +1,4 @@
-"""Hashes: FNV-1a name hashes (spec vectors) and the Go-compatible pod-template hash.
+"""Hashes: FNV-1a name hashes (known vectors) and the Go-compatible pod-template hash.
 
 The pod-template vectors below were computed by Go itself: ``go run ./hack/openapi/gojson hash``
 unmarshals each template into the typed structs (k8s.io/api v0.36.3) and hashes ``json.Marshal``
@@ -26,7 +26,7 @@ from agentsandbox.api.hashing import (
     warm_pool_selector,
 )
 
-# core spec §2.2 and extensions spec §2.1
+# NameHash vectors (docs/design/architecture.md, "Names and hashes")
 SPEC_VECTORS = [
     ("sandbox-name", "ab179450"),
     ("test-sandbox", "86489827"),

@@ -69,7 +69,8 @@ def test_leader_election_outside_a_cluster_needs_a_namespace(tmp_path: Path) -> 
 
 
 def test_non_positive_unschedulable_recheck_interval_ends_start_up_with_one_line() -> None:
-    """Warm-pool review #18: upstream HEAD rejects it; 0 would never re-check a held pool."""
+    """Upstream HEAD rejects it; 0 would never re-check a held pool (docs/design/architecture.md,
+    "The flags", start-up validation)."""
     proc, took = run("--sandbox-warm-pool-unschedulable-recheck-interval=0", "--leader-elect=false")
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()

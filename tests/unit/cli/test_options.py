@@ -27,7 +27,8 @@ def options(*argv: str) -> Options:
     return Options.from_values(values, given_flags(list(argv)))
 
 
-# Every upstream flag (spec core 3.1, upstream 35b9757f): name -> (type, default). Go's zap
+# Every upstream flag (upstream 35b9757f; docs/design/architecture.md, "The flags"): name ->
+# (type, default). Go's zap
 # flags are flag.Value types with string syntax and no default (production zap); here strings.
 UPSTREAM_FLAGS: dict[str, tuple[str, object]] = {
     "version": ("bool", False),
@@ -68,9 +69,10 @@ HEAD_EXTRA_FLAGS: dict[str, tuple[str, object]] = {
     "sandbox-warm-pool-max-refill-rate": ("float", 0.0),
     "enable-warm-pool-eviction": ("bool", True),
 }
-# Upstream HEAD flags accepted with no effect (a warning each when given). The webhook names and
-# defaults are spec core §8's; cert/key file names and the connection flags' defaults are not in
-# the spec (controller-runtime's tls.crt/tls.key; off / one connection).
+# Upstream HEAD flags accepted with no effect (a warning each when given;
+# docs/design/architecture.md, "The flags"). The webhook names and defaults are upstream HEAD's;
+# cert/key file names and the connection flags' defaults are not upstream's flag defaults
+# (controller-runtime's tls.crt/tls.key; off / one connection).
 NO_EFFECT_FLAGS: dict[str, tuple[str, object]] = {
     "enable-webhook": ("bool", True),
     "manage-webhook-certs": ("bool", True),
@@ -85,7 +87,7 @@ NO_EFFECT_FLAGS: dict[str, tuple[str, object]] = {
 }
 
 
-# Ours only (not upstream's): the SandboxWarmPoolAutoscaler controller (docs/autoscaling.md).
+# Ours only (not upstream's): the SandboxWarmPoolAutoscaler controller (docs/autoscaler-object.md).
 OURS_ONLY_FLAGS: dict[str, tuple[str, object]] = {
     "enable-warm-pool-autoscaler": ("bool", True),
     # its settings (tests/unit/cli/test_autoscaler_flags.py): durations, seconds
@@ -194,15 +196,17 @@ def test_non_positive_workers_batch_or_burst_are_rejected_at_start_up(flag: str)
     ],
 )
 def test_non_positive_warm_pool_durations_are_rejected_at_start_up(flag: str) -> None:
-    """As upstream HEAD: 0 would leave a held pool never re-checked (warm-pool review #18)."""
+    """As upstream HEAD: 0 would leave a held pool never re-checked (docs/design/architecture.md,
+    "The flags", start-up validation)."""
     errors = options(flag).errors()
     assert errors == [f"{flag.split('=')[0]} must be a positive duration"]
 
 
 def test_kube_api_qps_zero_or_negative_means_no_limiter_as_the_spec_says() -> None:
-    """Spec core 3.1: <= 0 means no client-side limiter, and upstream warns about workers over
-    burst only when qps > 0. (Upstream's client-go reads 0 as its default 5 QPS, review F12;
-    kept as the spec says until the spec changes, documented in ``--help``.)"""
+    """As upstream 35b9757f's flag help says: <= 0 means no client-side limiter, and upstream
+    warns about workers over burst only when qps > 0. (Upstream's client-go reads 0 as its
+    default 5 QPS; we keep what the help text says, documented in ``--help`` and in
+    docs/deploy.md, "Behaviour of the running controller that differs from upstream 35b9757f".)"""
     for flag in ("--kube-api-qps=0", "--kube-api-qps=-1"):
         o = options(flag, "--kube-api-burst=1", "--sandbox-concurrent-workers=5")
         assert o.errors() == []
@@ -271,7 +275,8 @@ def test_negative_replenish_delay_or_refill_rate_is_rejected(flag: str) -> None:
 
 
 def test_claim_workers_keep_the_seeds_default_not_heads_50() -> None:
-    """docs/compatibility.md: flags the seed has keep the seed's default (HEAD #996 says 50)."""
+    """A flag upstream 35b9757f has keeps that version's default (HEAD #996 says 50):
+    docs/design/architecture.md, "The flags"; the list in docs/compatibility.md."""
     assert options().sandbox_claim_concurrent_workers == 1
 
 

@@ -134,7 +134,8 @@ def test_default_timeout_is_five_minutes() -> None:
 
 def test_raising_a_pending_record_keeps_its_timeout() -> None:
     """client-go semantics: adding to unobserved work does not push its expiry back, so a lost
-    create cannot be held off forever by regular later writes (review warmpool #9)."""
+    create cannot be held off forever by regular later writes (docs/design/runtime.md,
+    "Expectations")."""
     clock = FakeClock()
     exp = Expectations(timeout=10.0, clock=clock)
     exp.expect_creations("k", 1)  # this create's event is lost

@@ -131,7 +131,7 @@ async def test_an_empty_host_listens_on_ipv4_and_ipv6_like_go(
     wildcard_manager: Manager, host: str
 ) -> None:
     """``":port"`` must reach the process over IPv4 and IPv6 (Go's ``net.Listen`` is dual-stack),
-    or probes fail on IPv6-only clusters (review F2).
+    or probes fail on IPv6-only clusters.
 
     The servers bind the wildcard address, because that is what is tested; the test connects
     only to loopback: ``127.0.0.1``, and ``::1`` unless the machine has no IPv6 loopback

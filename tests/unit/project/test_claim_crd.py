@@ -107,7 +107,8 @@ def test_warmpool_has_no_default_and_keeps_its_validation() -> None:
 
 
 def test_lifecycle_shutdown_policy_default_is_upstreams() -> None:
-    """Extensions spec §1.4: enum Delete|DeleteForeground|Retain, default Retain."""
+    """Enum Delete|DeleteForeground|Retain, default Retain (docs/api.md, "The SandboxClaim: one
+    schema for both client generations")."""
     policy = spec_schema()["properties"]["lifecycle"]["properties"]["shutdownPolicy"]
     assert policy["default"] == "Retain"
     assert policy["enum"] == ["Delete", "DeleteForeground", "Retain"]

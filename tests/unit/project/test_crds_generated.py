@@ -1,4 +1,5 @@
-"""The generated CRDs: up to date, small enough for client-side apply, shaped as the specs say."""
+"""The generated CRDs (docs/api.md): up to date, small enough for client-side apply, shaped as
+upstream's."""
 
 from __future__ import annotations
 

@@ -7,10 +7,10 @@ into windows kept in memory (a restart refills them from the objects' timestamps
 
 - an *arrival* is a claim that may take a sandbox from the pool: ``spec.warmPoolRef`` names it,
   or ``spec.sandboxTemplateRef`` names its template with ``warmpool`` absent/``default`` or the
-  pool's name (docs/claims.md); not ``warmpool: none``, nor a claim that sets ``env``,
-  ``volumeClaimTemplates`` or ``additionalPodMetadata`` (those are always served cold). Its time
-  is when this process first saw it, if that is within 2 s of its ``creationTimestamp`` (which
-  has whole seconds only), else the ``creationTimestamp``;
+  pool's name (docs/design/claim.md, "Which template and pools"); not ``warmpool: none``, nor a
+  claim that sets ``env``, ``volumeClaimTemplates`` or ``additionalPodMetadata`` (those are
+  always served cold). Its time is when this process first saw it, if that is within 2 s of its
+  ``creationTimestamp`` (which has whole seconds only), else the ``creationTimestamp``;
 - a *refill time* is a pool-controlled sandbox's create -> Ready: from this process's first sight
   of it to the event showing it Ready when both were seen live, else ``creationTimestamp`` ->
   the Ready condition's ``lastTransitionTime``.

@@ -36,9 +36,10 @@ minimises ``N + price·λ·ErlangB(N, λT)``, the price adapted so that the pred
 the horizon meets ``1 - target`` (quiet hours may run below the target where that costs few
 claims). Off by default.
 
-Limits (``docs/autoscaling.md``): Poisson within a regime, refill times independent of the load
-(a real API server slows down under a burst of creates), one pool, bursts detected at bin
-granularity, a schedule learned only from regular gaps (no time-of-day seasonality).
+Limits (docs/design/autoscaler.md, "Limits of the model"): Poisson within a regime, refill times
+independent of the load (a real API server slows down under a burst of creates), one pool, bursts
+detected at bin granularity, a schedule learned only from regular gaps (no time-of-day
+seasonality).
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ class Policy:
     # average over about this many seconds of claims: the size minimises sandboxes + mu x
     # predicted cold claims, mu adapted so the predicted cold share over the horizon meets the
     # allowance (a sandbox is added where it saves the most cold claims; a quiet night may run
-    # below the target where it costs few claims). See docs/autoscaling.md.
+    # below the target where it costs few claims). See docs/design/autoscaler.md, "The
+    # decision" (item 7); the results in docs/autoscaling.md, "Results".
     warm_share_horizon: float = 0.0
 
 

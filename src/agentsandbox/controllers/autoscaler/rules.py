@@ -2,10 +2,10 @@
 whether it may write the target's replicas (the other-writer rule), and the status it reports.
 No I/O, no clock reads.
 
-**The other-writer rule** (docs/autoscaling.md, "The autoscaler object"). The autoscaler
-remembers the replica counts that are *ours*: the value it last wrote, and the value it is about
-to write (so that a write whose answer was lost, or that lost a race, is never mistaken for
-someone else's). Each pass reads the target's ``/scale``:
+**The other-writer rule** (docs/design/autoscaler.md, "Another writer: reported, not fought").
+The autoscaler remembers the replica counts that are *ours*: the value it last wrote, and the
+value it is about to write (so that a write whose answer was lost, or that lost a race, is never
+mistaken for someone else's). Each pass reads the target's ``/scale``:
 
 - the spec changed since the last pass (a new autoscaler, or min/max/target edited): it takes the
   target over and writes its recommendation;

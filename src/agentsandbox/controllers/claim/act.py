@@ -119,8 +119,8 @@ class ClaimProvider:
 
     # ---------------------------------------------------------------- lookup
     async def find_existing(self, claim: KubeObject) -> KubeObject | None:
-        """The sandbox this claim already controls, if any (spec §5.6 steps 1-3, plus the
-        controller-UID index), settling duplicates."""
+        """The sandbox this claim already controls, if any, settling duplicates
+        (docs/design/claim.md, "Finding the claim's sandbox")."""
         meta = claim["metadata"]
         ns, uid, key = meta["namespace"], meta["uid"], f"{meta['namespace']}/{meta['name']}"
         status_name = ((claim.get("status") or {}).get("sandbox") or {}).get("name") or ""
@@ -194,7 +194,7 @@ class ClaimProvider:
 
     # ---------------------------------------------------------------- provide
     async def provide(self, claim: KubeObject) -> KubeObject:
-        """Adopt a pool sandbox or create one (spec §5.6 steps 4-6, §5.10, §5.11)."""
+        """Adopt a pool sandbox or create one (docs/design/claim.md, "Warm or cold")."""
         source = claim_source(claim)
         problem = validate_additional_metadata(
             (claim.get("spec") or {}).get("additionalPodMetadata")

@@ -62,9 +62,9 @@ def _key_problem(key: str) -> str | None:
 
 
 def validate_additional_metadata(extra: Obj | None) -> str | None:
-    """The rules for ``additionalPodMetadata`` (spec §5.7 and §9): valid keys, no system domains,
-    valid label values, and never ``app=sandbox-router`` (that label is the ingress the default
-    NetworkPolicy admits). The error text, or None."""
+    """The rules for ``additionalPodMetadata`` (docs/design/claim.md, "Pod metadata and env"):
+    valid keys, no system domains, valid label values, and never ``app=sandbox-router`` (that
+    label is the ingress the default NetworkPolicy admits). The error text, or None."""
     if not extra:
         return None
     for kind, entries in (("label", extra.get("labels")), ("annotation", extra.get("annotations"))):
@@ -156,7 +156,8 @@ def _without_pool_eviction(pod_meta: Obj, template: Obj | None) -> Obj:
 
 
 def adoption_patch(sb: Obj, claim: Obj, template: Obj | None) -> dict[str, Any]:
-    """The one merge patch that hands pool sandbox ``sb`` to ``claim`` (spec §5.10, with §9):
+    """The one merge patch that hands pool sandbox ``sb`` to ``claim`` (docs/design/claim.md,
+    "Adopting a pool sandbox"):
 
     - ``metadata.resourceVersion`` = the version we vetted: the apiserver refuses the patch
       (409) if anyone changed the sandbox since, e.g. another claim adopting it;
@@ -204,7 +205,8 @@ def adoption_patch(sb: Obj, claim: Obj, template: Obj | None) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------- cold path
 def inject_env(pod_spec: dict[str, Any], env: Sequence[Obj], policy: str) -> None:
-    """Spec §5.7 env injection into ``pod_spec`` (in place), or :class:`ClaimFailure`."""
+    """Env injection into ``pod_spec`` (in place), or :class:`ClaimFailure`
+    (docs/design/claim.md, "Pod metadata and env")."""
     if policy not in ("Allowed", "Overrides"):
         raise ClaimFailure(
             REASON_ENV_REJECTED,
@@ -298,7 +300,8 @@ def created_by_label(claim: Obj) -> dict[str, str]:
 
 
 def cold_sandbox(claim: Obj, template: Obj) -> dict[str, Any]:
-    """The Sandbox a claim creates when no pool sandbox serves it (spec §5.11)."""
+    """The Sandbox a claim creates when no pool sandbox serves it (docs/design/claim.md, "The
+    cold sandbox")."""
     meta = claim["metadata"]
     tspec = template.get("spec") or {}
     spec = claim.get("spec") or {}

@@ -213,8 +213,9 @@ class ClaimReconciler:
         return Result(requeue_after=min(requeues)) if requeues else None
 
     async def _remove_legacy_network_policy(self, claim: KubeObject) -> None:
-        """Spec §5.4 step 2: older releases made a NetworkPolicy per claim; delete it if this
-        claim controls it (read from the cache; errors are logged, never fatal)."""
+        """Older releases made a NetworkPolicy per claim; delete it if this claim controls it
+        (read from the cache; errors are logged, never fatal; docs/design/claim.md, "One pass",
+        step 2)."""
         if self.networkpolicies is None:
             return
         meta = claim["metadata"]
@@ -292,7 +293,8 @@ class ClaimReconciler:
 
     # ---------------------------------------------------------------- expiry
     async def _mark_expired(self, claim: KubeObject, now: float) -> Result:
-        """Spec §5.4 step 8: Ready=False/ClaimExpired first, then (next pass) the clean-up."""
+        """Ready=False/ClaimExpired first, then (next pass) the clean-up (docs/design/claim.md,
+        "Marking expiry first")."""
         status = with_ready(claim, ready_condition(claim, None, None, expired=True), now)
         if not await self.write_status(claim, status):
             return Result(requeue_after=CONFLICT_RECHECK)
@@ -300,8 +302,8 @@ class ClaimReconciler:
         return Result(requeue_after=EXPIRED_RECHECK)
 
     async def _delete_expired_claim(self, claim: KubeObject) -> None:
-        """Spec §5.4 step 9: shutdownPolicy Delete/DeleteForeground deletes the claim itself (its
-        sandbox follows by garbage collection)."""
+        """shutdownPolicy Delete/DeleteForeground deletes the claim itself (its sandbox follows
+        by garbage collection; docs/design/claim.md, "Deleting an expired claim")."""
         meta = claim["metadata"]
         policy = shutdown_policy(claim)
         self.writer.event(
@@ -321,7 +323,8 @@ class ClaimReconciler:
             )
 
     async def _retire(self, claim: KubeObject) -> KubeObject | None:
-        """Spec §5.8 ``reconcileExpired`` (Retain): delete the claim's sandbox, never another's."""
+        """Retain: delete the claim's sandbox, never another's (upstream's ``reconcileExpired``;
+        docs/design/claim.md, "Retiring the sandbox")."""
         meta = claim["metadata"]
         ns = meta["namespace"]
         name = ((claim.get("status") or {}).get("sandbox") or {}).get("name") or meta["name"]

@@ -1,5 +1,5 @@
-"""The SandboxClaim controller's metric families (spec extensions §7, §9) and the helpers that
-record them.
+"""The SandboxClaim controller's metric families (docs/metrics.md, "With `--extensions`: the
+SandboxClaim families") and the helpers that record them.
 
 Registered on :data:`agentsandbox.kube.metrics.REGISTRY` when this module is imported; until a
 claim is counted they are exposed as ``# HELP``/``# TYPE`` lines without samples (Go's registry
@@ -234,7 +234,7 @@ def already_recorded(claim: Obj) -> bool:
 
 
 def observe_first_ready(claim: Obj, sandbox: Obj | None, now: float) -> None:
-    """Record the latency histograms for a claim whose Ready just turned True (spec §7
+    """Record the latency histograms for a claim whose Ready just turned True (upstream's
     ``recordCreationLatencyMetric``).
 
     ``claim`` is the claim as written (its new status); ``sandbox`` the Sandbox it owns, if

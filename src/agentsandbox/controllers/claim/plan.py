@@ -1,9 +1,10 @@
 """SandboxClaim: the decisions (pure): what a claim asks for, which pool sandbox may serve it,
 and the claim's status (the Sandbox it gets is shaped in :mod:`.claimed_sandbox`).
 
-Both released client generations are served by one schema (spec extensions §1.4, §9): the 0.4.x
-form names a template (``spec.sandboxTemplateRef``, optional ``spec.warmpool`` policy), the 1.0.x
-form names a pool (``spec.warmPoolRef``). Which reference is set decides, never the apiVersion.
+Both released client generations are served by one schema (docs/design/claim.md, "Which
+template and pools"): the 0.4.x form names a template (``spec.sandboxTemplateRef``, optional
+``spec.warmpool`` policy), the 1.0.x form names a pool (``spec.warmPoolRef``). Which reference is
+set decides, never the apiVersion.
 """
 
 from __future__ import annotations
@@ -152,8 +153,9 @@ def forces_cold_start(claim: Obj) -> str | None:
 
 
 def expiry(claim: Obj, now: float) -> tuple[bool, float | None]:
-    """Spec §5.8: (expired, seconds left) from ``spec.lifecycle`` — the earlier of
-    ``shutdownTime`` and the claim's own ``Finished`` time + ``ttlSecondsAfterFinished``."""
+    """(expired, seconds left) from ``spec.lifecycle`` — the earlier of ``shutdownTime`` and
+    the claim's own ``Finished`` time + ``ttlSecondsAfterFinished`` (docs/design/claim.md,
+    "Expiry")."""
     lifecycle = (claim.get("spec") or {}).get("lifecycle") or {}
     if not lifecycle:
         return False, None
@@ -244,8 +246,8 @@ def candidate_problem(
 def ready_condition(
     claim: Obj, sandbox: Obj | None, failure: ClaimFailure | None, expired: bool = False
 ) -> dict[str, Any]:
-    """Spec §5.9's table (first match wins); a forwarded condition carries the claim's
-    generation (upstream #1317)."""
+    """The table of docs/design/claim.md, "The claim's status" (first match wins); a forwarded
+    condition carries the claim's generation (upstream #1317)."""
     generation = (claim.get("metadata") or {}).get("generation")
 
     def cond(status: str, reason: str, message: str) -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """The warm queue: pool sandboxes a claim may adopt, per namespace and pool, in arrival order.
 
-The seed keeps one FIFO per template-name hash, shared by every namespace (a bug: a claim in one
-namespace could pop a sandbox of another, then has to put it back). Here a queue belongs to one
-``(namespace, pool)``; a claim naming a template looks at the queues of every pool of that
-template in its namespace.
+Upstream 35b9757f keeps one FIFO per template-name hash, shared by every namespace (a bug: a
+claim in one namespace could pop a sandbox of another, then has to put it back). Here a queue
+belongs to one ``(namespace, pool)``; a claim naming a template looks at the queues of every pool
+of that template in its namespace (docs/design/claim.md, "Candidates and the warm queue").
 
 The queue is only a fast index of what the Sandbox cache says: a Sandbox event handler adds a
 sandbox when it becomes adoptable and removes it when it stops being adoptable or goes away, and

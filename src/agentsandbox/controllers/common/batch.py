@@ -3,7 +3,8 @@
 Run ``count`` calls in batches of 1, 2, 4, ... (the last one trimmed). Every call of a batch runs
 concurrently and the whole batch is awaited; the first failing batch ends the run, so a create
 that is rejected (quota, admission, a bad template) costs a handful of calls, not hundreds. The
-same shape as the ReplicaSet controller's and upstream's ``slowStartBatch`` (spec extensions §4.8).
+same shape as the ReplicaSet controller's and upstream's ``slowStartBatch``
+(docs/design/warmpool.md, "Slow-start batches").
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Sandbox: the children of the decision step (pure): Pod, Service and PVCs.
 
 The builders (:func:`build_pod`, :func:`build_service`, :func:`build_pvc`) and one decision per
-child in upstream's order PVCs -> Pod -> Service (core spec §2.4): create, adopt (only a child
+child in upstream's order PVCs -> Pod -> Service (docs/design/sandbox.md, "The children, in
+order"): create, adopt (only a child
 labelled ``agents.x-k8s.io/adoptable: "true"``), sync the pod's propagated metadata or the
 Service's selector, delete. Each is a small function of the :class:`~.types.Snapshot`,
 so that the act step can re-plan one child when the API tells it more than the cache did.
@@ -154,7 +155,7 @@ def in_warm_pool(sandbox: Obj) -> bool:
 
 # ---------------------------------------------------------------------------------- builders
 def build_pod(sandbox: Obj) -> dict[str, Any]:
-    """The pod of a Sandbox (§2.4 "replicas == 1, no pod")."""
+    """The pod of a Sandbox (docs/design/sandbox.md, "The pod": desired count 1, no pod)."""
     meta = _meta(sandbox)
     name = meta["name"]
     spec = _spec(sandbox)
@@ -230,7 +231,7 @@ def build_service(sandbox: Obj) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------- PVCs
 def plan_pvc(snap: Snapshot, index: int) -> ChildStep:
-    """``volumeClaimTemplates[index]`` (§2.4 PVCs)."""
+    """``volumeClaimTemplates[index]`` (docs/design/sandbox.md, "PVCs")."""
     sandbox = snap.sandbox
     meta = _meta(sandbox)
     vct = (_spec(sandbox).get("volumeClaimTemplates") or [])[index]
@@ -298,7 +299,8 @@ def _resolve_pod(snap: Snapshot) -> tuple[str, Obj | None, str | None]:
 
 
 def _synced_metadata(sandbox: Obj, pod: Obj) -> tuple[dict[str, str], dict[str, str]]:
-    """Pod labels and annotations after the metadata sync (§2.4 "Pod metadata sync")."""
+    """Pod labels and annotations after the metadata sync (docs/design/sandbox.md, "Pod metadata
+    sync")."""
     pmeta = _meta(pod)
     labels = dict(pmeta.get("labels") or {})
     annotations = dict(pmeta.get("annotations") or {})
@@ -376,7 +378,8 @@ def _existing_pod(snap: Snapshot, name: str, pod: Obj, annotation: str | None) -
 
 
 def plan_pod(snap: Snapshot, blocking_pvcs: Sequence[str] = ()) -> PodPlan:
-    """The pod (§2.4 ``reconcilePod``, §2.7, §2.9).
+    """The pod (upstream's ``reconcilePod``; docs/design/sandbox.md, "The pod", "Suspend and
+    resume", "Deletion and pod failure").
 
     ``blocking_pvcs``: claims of the pod's volumes that are not ours (owned by someone else, or
     their adoption refused or failed). No pod is created while there are any: it would mount a
@@ -441,7 +444,8 @@ def plan_pod(snap: Snapshot, blocking_pvcs: Sequence[str] = ()) -> PodPlan:
 
 # ---------------------------------------------------------------------------------- Service
 def plan_service(snap: Snapshot) -> ChildStep:
-    """The headless Service, per the tri-state ``spec.service`` table (§2.4 Service)."""
+    """The headless Service, per the tri-state ``spec.service`` table (docs/design/sandbox.md,
+    "The Service")."""
     sandbox = snap.sandbox
     meta = _meta(sandbox)
     name = meta["name"]

@@ -3,11 +3,11 @@
 The decision is :mod:`.plan` (with :mod:`.children` and :mod:`.status`), the writes are
 :mod:`.act`, the child-event mapping :mod:`.handlers`.
 
-Wiring (core spec §2.10): ``For(Sandbox)`` with no predicate, and the Pods and Services that carry
-the tracking label ``agents.x-k8s.io/sandbox-name-hash``, each mapped to its controlling Sandbox
-(or, for an unowned child, to the Sandbox of the same name, so that labelling it adoptable takes
-effect at once). Pods, Services and PVCs are read from shared informers scoped by that label; the
-pod informer is the same one the warm pool controller uses.
+Wiring (docs/design/sandbox.md, "Watches and caches"): ``For(Sandbox)`` with no predicate, and
+the Pods and Services that carry the tracking label ``agents.x-k8s.io/sandbox-name-hash``, each
+mapped to its controlling Sandbox (or, for an unowned child, to the Sandbox of the same name, so
+that labelling it adoptable takes effect at once). Pods, Services and PVCs are read from shared
+informers scoped by that label; the pod informer is the same one the warm pool controller uses.
 
 The caches only hold children that carry the tracking label. A child without it (a user's pod
 named like the Sandbox, say) shows up when our create is answered ``AlreadyExists``: the act step

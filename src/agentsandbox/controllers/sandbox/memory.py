@@ -6,7 +6,7 @@
   does not write the same status a second time.
 - :class:`FirstStatusHold` — after creating a Sandbox's pod, a *first* status that would only say
   ``DependenciesNotReady`` waits a moment for the pod to become Ready: one status write per new
-  Sandbox instead of two (a deliberate deviation, docs/sandbox-controller.md).
+  Sandbox instead of two (a deliberate deviation, docs/design/sandbox.md, "Writes").
 - :class:`CreatedPods` — the pods this process created that the pod cache has not shown yet: a
   pass that runs before the cache catches up uses the create's answer instead of creating again.
 """
@@ -144,8 +144,8 @@ class CreatedPods:
     """Pods this process created, by (namespace, name), until the pod cache shows them.
 
     A pass that runs before the cache catches up decides on the create's answer instead of
-    creating again (which the apiserver refuses with AlreadyExists, then a GET: bench P1 saw 96
-    such pairs for 650 sandboxes at 30 claims/s).
+    creating again (which the apiserver refuses with AlreadyExists, then a GET: a profile at 30
+    claims/s saw 96 such pairs for 650 sandboxes, docs/benchmarks.md).
     """
 
     def __init__(

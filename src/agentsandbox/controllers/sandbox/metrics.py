@@ -1,5 +1,5 @@
-"""The ``agent_sandboxes`` gauge (spec core §5.2) and the Sandbox label helpers it shares with
-the SandboxClaim metrics (:mod:`agentsandbox.controllers.claim.metrics`).
+"""The ``agent_sandboxes`` gauge (docs/metrics.md, "Always registered") and the Sandbox label
+helpers it shares with the SandboxClaim metrics (:mod:`agentsandbox.controllers.claim.metrics`).
 
 ``agent_sandboxes{namespace, ready_condition, expired, launch_type, sandbox_template, owned_by,
 created_by}`` is computed on every scrape, one sample per distinct label tuple with the number
@@ -11,13 +11,14 @@ scrape. Before the informer's first LIST has arrived the family is exposed witho
 (upstream's cache read would block, then fail and emit nothing).
 
 ``launch_type`` (a deliberate fix of upstream 35b9757f, which looks only at the pod-name
-annotation and so labels every cold Sandbox ``warm`` once its pod exists — spec core §2.12):
+annotation and so labels every cold Sandbox ``warm`` once its pod exists — docs/design/sandbox.md,
+"Upstream quirks, reproduced or fixed"):
 
 1. the label ``agents.x-k8s.io/launch-type`` when it is ``warm`` or ``cold`` (written by the
    SandboxClaim controller on adoption / cold create, as upstream does since #797);
 2. else, a Sandbox whose controller is a SandboxWarmPool (not claimed yet) is ``warm``: upstream
    HEAD's pool labels every sandbox it creates ``launch-type=warm``, so it reports them so;
-3. else upstream's seed rule: ``warm`` iff the ``agents.x-k8s.io/pod-name`` annotation is
+3. else upstream 35b9757f's rule: ``warm`` iff the ``agents.x-k8s.io/pod-name`` annotation is
    non-empty, otherwise ``cold``. This covers Sandboxes written before the label existed (it
    still says ``warm`` for an unlabelled cold Sandbox whose pod exists, as upstream did).
 

@@ -1,8 +1,9 @@
 """Sandbox: the decision step (pure). Snapshot in, plan out; no I/O, no clock reads.
 
-Implements core spec §2 rule by rule: the two-pass expiry (§2.3, §2.8), the children in upstream's
-order PVCs -> Pod -> Service (§2.4), the status fields (§2.5) and the Ready / Suspended / Finished
-conditions with their exact reasons and messages (§2.6, §2.7).
+Implements docs/design/sandbox.md rule by rule: the two-pass expiry ("Expiry in two passes"), the
+children in upstream's order PVCs -> Pod -> Service ("The children, in order"), the status fields
+("Status fields") and the Ready / Suspended / Finished conditions with their exact reasons and
+messages ("The Ready condition", "The Finished and Suspended conditions").
 
 Every child decision is a small function of the snapshot, so that the act step can re-plan one
 child when the API tells it more than the cache did (a create answered ``AlreadyExists``: the
@@ -14,7 +15,8 @@ constants, the accessors), :mod:`.children` (builders and the per-child decision
 :mod:`.status` (status, conditions, events). This module holds the expiry phases and
 :func:`plan`; each name is imported from the module that defines it.
 
-Deliberate differences from upstream 35b9757f (see ``docs/sandbox-controller.md``):
+Deliberate differences from upstream 35b9757f (each under its rule in docs/design/sandbox.md;
+the list in "Upstream quirks, reproduced or fixed"):
 
 - an unowned Pod, PVC or Service is adopted only if it carries ``agents.x-k8s.io/adoptable:
   "true"`` (upstream's later hijacking fix); otherwise it is left alone and reported;
@@ -109,7 +111,8 @@ def plan_expiry(snap: Snapshot) -> ExpiryPlan:
 
 
 def expired_status(snap: Snapshot) -> dict[str, Any]:
-    """Retain: only the conditions survive, with Ready=False/SandboxExpired (§2.8 step 4)."""
+    """Retain: only the conditions survive, with Ready=False/SandboxExpired
+    (docs/design/sandbox.md, "Expiry in two passes")."""
     conditions = _status(snap.sandbox).get("conditions") or []
     return _with_expired_ready({"conditions": conditions}, snap.sandbox, snap.now)
 

@@ -1,7 +1,8 @@
 """Sandbox: what the decision step reports (pure): status, conditions and events.
 
-The status fields (core spec §2.5), the Ready / Suspended / Finished conditions with their exact
-reasons and messages (§2.6, §2.7), the re-check of expiry at the end of an active pass, the
+The status fields, the Ready / Suspended / Finished conditions with their exact reasons and
+messages (docs/design/sandbox.md, "Status fields" through "Suspend and resume"), the re-check of
+expiry at the end of an active pass, the
 merge patch of the status, and the Warnings for a pass's errors. The status is a function of
 what the child steps *returned*, so the act step recomputes it from the real outcome of its
 writes.
@@ -117,7 +118,8 @@ def ready_condition(
     errors: Sequence[str],
     generation: int | None = None,
 ) -> Condition:
-    """The Ready condition, in upstream's priority order (§2.6)."""
+    """The Ready condition, in upstream's priority order (docs/design/sandbox.md, "The Ready
+    condition")."""
     if errors:
         message = MESSAGE_ERROR_PREFIX + "\n".join(errors)
         return make_condition(CONDITION_READY, FALSE, REASON_RECONCILER_ERROR, message, generation)
@@ -179,7 +181,8 @@ def compute_status(
     errors: Sequence[str],
     now: datetime,
 ) -> dict[str, Any]:
-    """The status after an active pass, from what the child steps returned (§2.5-§2.7)."""
+    """The status after an active pass, from what the child steps returned
+    (docs/design/sandbox.md, "Status fields" through "Suspend and resume")."""
     sandbox = snap.sandbox
     meta = _meta(sandbox)
     old = _status(sandbox)
@@ -272,7 +275,8 @@ def _expiry_event(sandbox: Obj) -> Event:
 
 
 def finish(snap: Snapshot, status: Mapping[str, Any], now: datetime) -> Finish:
-    """End of an active pass: re-check expiry with a fresh ``now`` (§2.3 step 7)."""
+    """End of an active pass: re-check expiry with a fresh ``now`` (docs/design/sandbox.md,
+    "Expiry in two passes")."""
     deadline = shutdown_time(snap.sandbox)
     if deadline is None:
         return Finish(dict(status), None, False)
@@ -290,7 +294,7 @@ def is_first_pending_status(old: Mapping[str, Any], new: Mapping[str, Any]) -> b
     False with reason ``DependenciesNotReady`` (no error, not suspended, not expired). The
     Sandbox controller holds such a write back for a moment after creating the pod: a pod that
     becomes Ready in that time gets one status write (Ready) instead of two (a deliberate
-    deviation, docs/sandbox-controller.md).
+    deviation, docs/design/sandbox.md, "Writes").
     """
     if find_condition(old.get("conditions"), CONDITION_READY) is not None:
         return False

@@ -88,7 +88,8 @@ WRAP_PVC_ADOPT: Final = "failed to update PVC with owner reference: "
 
 # ---------------------------------------------------------------------------------- types
 class Phase(Enum):
-    """Where a Sandbox is in its life, by ``spec.shutdownTime`` (§2.3 step 7)."""
+    """Where a Sandbox is in its life, by ``spec.shutdownTime`` (docs/design/sandbox.md, "Expiry
+    in two passes")."""
 
     ACTIVE = "active"
     MARK_EXPIRED = "mark-expired"  # first pass after shutdownTime: only mark it
@@ -162,7 +163,8 @@ class PodPlan:
 
 @dataclass(frozen=True)
 class ExpiryPlan:
-    """The second expiry pass (§2.8): delete the owned pod and Service, maybe the Sandbox."""
+    """The second expiry pass: delete the owned pod and Service, maybe the Sandbox
+    (docs/design/sandbox.md, "Expiry in two passes")."""
 
     delete_pod: ChildStep | None
     delete_service: ChildStep | None
@@ -223,9 +225,9 @@ def replicas_of(sandbox: Obj) -> int:
 
     ``spec.operatingMode`` (upstream HEAD, #801) decides when set: ``Suspended`` is 0, ``Running``
     is 1 (a CEL rule keeps ``spec.replicas`` from saying otherwise; if an older object does, the
-    mode wins). Unset, ``spec.replicas`` decides, and unset too means 1 (§2.3 step 5). So a
-    sandbox suspended by upstream HEAD (``operatingMode: Suspended``, no replicas) stays
-    suspended here.
+    mode wins). Unset, ``spec.replicas`` decides, and unset too means 1 (docs/design/sandbox.md,
+    "The desired pod count"). So a sandbox suspended by upstream HEAD (``operatingMode:
+    Suspended``, no replicas) stays suspended here.
     """
     spec = _spec(sandbox)
     mode = spec.get("operatingMode")

@@ -1,7 +1,8 @@
 """The SandboxTemplate controller: wiring, observe (caches) and the reconciler: observe -> decide
 (:mod:`.plan`) -> act (:mod:`.act`); the NetworkPolicy-name mapping is :mod:`.handlers`.
 
-Wiring (spec extensions §6): ``For(SandboxTemplate)``, ``Owns(NetworkPolicy)``, plus a watch
+Wiring (docs/design/template.md, "Wiring"): ``For(SandboxTemplate)``, ``Owns(NetworkPolicy)``,
+plus a watch
 that maps *any* NetworkPolicy named ``<template>-network-policy`` to its template, so that when a
 conflicting policy of someone else goes away the template's own is created at once (the backoff
 retry is only the safety net).

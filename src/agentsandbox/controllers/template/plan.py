@@ -1,9 +1,11 @@
 """SandboxTemplate: the decision step (pure). Snapshot in, plan out; no I/O, no clock reads.
 
-The seed (spec extensions §6) keeps one NetworkPolicy per template, ``<template>-network-policy``
-in the template's namespace: the secure default when the template declares no ``networkPolicy``,
-the template's own rules otherwise, none under ``networkPolicyManagement: Unmanaged``. Later
-upstream changes (§9) and our own:
+Upstream 35b9757f keeps one NetworkPolicy per template, ``<template>-network-policy`` in the
+template's namespace: the secure default when the template declares no ``networkPolicy``, the
+template's own rules otherwise, none under ``networkPolicyManagement: Unmanaged``
+(docs/design/template.md, "The NetworkPolicy a template gets"). Later upstream changes and our
+own (docs/design/template.md, "The default policy", "Whose policy it is", "Comparing policy
+specs", "The template's own label"):
 
 - #827: the default IPv6 egress rule also excepts link-local ``fe80::/10``;
 - #828: the policy is updated or deleted only if the template *controls* it (controller owner
@@ -107,7 +109,8 @@ def is_managed(template: Obj) -> bool:
 def default_network_policy_spec(template_name: str) -> dict[str, Any]:
     """Secure by default: ingress only from the sandbox router in the same namespace; egress to
     the public internet only (no cluster networks, link-local or metadata addresses, hence no
-    cluster DNS: the pods get public resolvers, spec §3.1)."""
+    cluster DNS: the pods get public resolvers, docs/design/template.md, "Secure defaults for
+    sandbox pods")."""
     return {
         "podSelector": pod_selector(template_name),
         "policyTypes": [INGRESS, EGRESS],

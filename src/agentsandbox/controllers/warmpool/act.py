@@ -1,4 +1,4 @@
-"""The SandboxWarmPool controller's act step: the writes a plan asks for, in the seed's order.
+"""The SandboxWarmPool controller's act step: the writes a plan asks for, in upstream's order.
 
 :class:`PoolWriter` holds them (the reconciler in :mod:`.controller` holds one): adopt and release
 first, then stale and stuck deletes, creates (slow-start batches, expectations raised before
@@ -77,7 +77,8 @@ def named(blueprint: Mapping[str, Any]) -> dict[str, Any]:
     (prefix cut to 58 characters + 5 random characters of the same alphabet), and the Sandbox's
     ``agents.x-k8s.io/pod-name`` annotation already naming its pod. Upstream lets the apiserver
     pick the name, so the Sandbox controller has to write the annotation in a second request
-    after the pod exists; naming it here saves that write for every pool sandbox (bench P6).
+    after the pod exists; naming it here saves that write for every pool sandbox (the API
+    writes per warm claim, docs/benchmarks.md; docs/design/warmpool.md, "The blueprint").
     ``generateName`` stays in the body (the apiserver stores it, as for upstream's sandboxes)."""
     meta = blueprint["metadata"]
     prefix = str(meta.get("generateName") or "")[:MAX_GENERATED_PREFIX]

@@ -31,7 +31,8 @@ def template_pod_spec(template: Obj) -> dict[str, Any]:
 
 
 def pod_specs_match(template: Obj, actual: Obj | None) -> bool:
-    """The seed's comparePodSpecs: template spec + secure defaults, semantically equal."""
+    """Upstream's comparePodSpecs: template spec + secure defaults, semantically equal
+    (docs/design/warmpool.md, "Comparing pod specs")."""
     expected = apply_sandbox_secure_defaults(template, template_pod_spec(template))
     return pod_spec_equal(expected, dict(actual or {}))
 
@@ -79,7 +80,8 @@ def is_sandbox_stale(
     orphan: bool,
     blueprint_hash: str | None = None,
 ) -> bool:
-    """Layered staleness check (spec extensions §4.5, with upstream #1102's blueprint).
+    """Layered staleness check (docs/design/warmpool.md, "Staleness"; upstream #1102's
+    blueprint).
 
     1. The template-ref hash label differs: stale.
     2. An orphan: never trust its labels; full comparison (:func:`blueprints_match`).
@@ -139,7 +141,7 @@ def is_sandbox_stale(
 def build_blueprint(
     pool: Obj, template: Obj, pod_hash: str, blueprint_hash: str | None = None
 ) -> dict[str, Any]:
-    """The sandbox every create posts (spec extensions §4.7).
+    """The sandbox every create posts (docs/design/warmpool.md, "The blueprint").
 
     Labelled (metadata and pod template) with both hashes, as upstream since #1102: the
     blueprint hash ``agents.x-k8s.io/sandbox-template-hash`` that staleness reads, and the

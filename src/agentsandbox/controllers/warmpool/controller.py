@@ -1,14 +1,16 @@
 """The SandboxWarmPool controller: its wiring, the observe step and the reconciler.
 
-Wiring (spec extensions §4.1): ``For(SandboxWarmPool)``, ``Owns(Sandbox)`` (an update re-queues the
-old and the new controller owner, so a claim adopting a sandbox re-queues the pool), and
-``Watches(SandboxTemplate)`` fanned out through an index on ``.spec.sandboxTemplateRef.name``.
+Wiring (docs/design/warmpool.md, "Wiring"): ``For(SandboxWarmPool)``, ``Owns(Sandbox)`` (an
+update re-queues the old and the new controller owner, so a claim adopting a sandbox re-queues
+the pool), and ``Watches(SandboxTemplate)`` fanned out through an index on
+``.spec.sandboxTemplateRef.name``.
 
 Each pass observes (the caches, through the indexes of :mod:`.handlers`), decides
 (:mod:`.plan`), then acts through the :class:`~.act.PoolWriter` the reconciler holds.
-Acting follows the plan in the seed's order and aggregates every error instead of stopping at
-the first. Expectations are recorded before each write, so a cache that lags our own creates
-never makes a pool exceed ``spec.replicas``, however many workers run.
+Acting follows the plan in upstream's order (docs/design/warmpool.md, "Acting, in order") and
+aggregates every error instead of stopping at the first. Expectations are recorded before each
+write, so a cache that lags our own creates never makes a pool exceed ``spec.replicas``, however
+many workers run.
 """
 
 from __future__ import annotations
@@ -55,8 +57,9 @@ log = logging.getLogger("agentsandbox.warmpool")
 
 # A pool's pass looks at every member, and each member's status change is an event: while a pool
 # fills, events arrive faster than passes finish. Events within this long of a pass's start are
-# served by one later pass (bench P5: passes per 1000-fill 2954 -> a few hundred). Claims never
-# wait for it (they adopt through the claim controller); a refill starts at most this much later.
+# served by one later pass (a 1000-fill took 2954 passes, now a few hundred: the pool's CPU
+# cost, docs/benchmarks.md). Claims never wait for it (they adopt through the claim controller);
+# a refill starts at most this much later.
 POOL_PASS_INTERVAL = 0.1
 CONTROLLER_NAME = "sandboxwarmpool"
 
@@ -125,7 +128,7 @@ class WarmPoolReconciler:
         outcome = Outcome()
         await self.writer.release(pool, decision.release, outcome)
         skipped = await self.writer.adopt(pool, decision.adopt, outcome)
-        if skipped:  # a failed adoption is not counted (the seed's rule): decide again without it
+        if skipped:  # a failed adoption is not counted (upstream's rule): decide again without it
             decision = plan(replace(snap, skip=snap.skip | skipped))
         memory.held = decision.held_uids
         memory.pod_missing_since = decision.pod_missing_since

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 @dataclass
 class PoolMemory:
     """What the reconciler remembers about one pool between passes (lost on restart; each
-    piece degrades to the seed's behaviour when empty)."""
+    piece degrades to upstream's behaviour when empty; docs/design/warmpool.md, "What the
+    reconciler remembers")."""
 
     uid: str
     held: frozenset[str] = frozenset()

@@ -1,15 +1,16 @@
 """SandboxWarmPool: the decision step (pure). Snapshot in, plan out; no I/O, no clock reads.
 
-Follows the seed's reconcile order (spec extensions §4.3): filter the listed sandboxes (skip
-terminating, ignore foreign controllers, vet and adopt orphans, delete stale ones), replace
-sandboxes stuck not Ready past the grace period, compute status from what remains, then create or
-delete the difference, capped by the batch size. Later upstream fixes (§9) and our own:
+Follows upstream's reconcile order (docs/design/warmpool.md, "The rules, in order"): filter the
+listed sandboxes (skip terminating, ignore foreign controllers, vet and adopt orphans, delete stale
+ones), replace sandboxes stuck not Ready past the grace period, compute status from what remains,
+then create or delete the difference, capped by the batch size. Later upstream fixes and our own
+(docs/design/warmpool.md, "Differences from upstream 35b9757f, at a glance"):
 
 - expectations: no creates or excess deletes while earlier writes are not yet visible in the cache;
   creates count the pool's own terminating sandboxes too, so the pool never exceeds
   ``spec.replicas``; when that holds creates back, the pool is looked at again shortly;
 - a missing template (or one whose hash cannot be computed): orphans are neither adopted nor
-  counted (the seed adopted them unvetted);
+  counted (upstream 35b9757f adopted them unvetted);
 - an orphan is never adopted in the pass that deletes it (stale or stuck);
 - sandboxes that cannot get a pod (unschedulable, pod creation rejected) are held, not churned;
   once unblocked, a held sandbox gets a fresh grace period from its pod's start;
@@ -70,7 +71,8 @@ NOT_PROGRESSING_REASONS = frozenset(
 )
 
 # How long a not-Ready sandbox that reports a pod our pod cache has not seen is given for the
-# cache to catch up; after that the seed's stuck rule applies to it as to any other.
+# cache to catch up; after that upstream's stuck rule applies to it as to any other
+# (docs/design/warmpool.md, "Stuck sandboxes").
 POD_CACHE_WAIT = 10.0
 # When creates are held back by the pool's own sandboxes still terminating, look again this soon
 # (their deletion events re-queue the pool too; this is the safety net).
@@ -196,8 +198,9 @@ def progress_started(sb: Obj, pod: Obj | None) -> float | None:
     """When a sandbox that was held as blocked last got a chance to become Ready: the latest of
     its creation, its pod's creation and the pod's scheduling. Only for held sandboxes: one held
     back by a quota or a full cluster gets a fresh grace period once it is unblocked, instead of
-    being replaced at once as "stuck". Every other sandbox is timed from its own creation (the
-    seed's rule), so a pod that keeps being recreated cannot keep its sandbox alive forever."""
+    being replaced at once as "stuck". Every other sandbox is timed from its own creation
+    (upstream's rule), so a pod that keeps being recreated cannot keep its sandbox alive forever
+    (docs/design/warmpool.md, "Stuck sandboxes")."""
     start = _created_at(sb)
     if start is None or pod is None:
         return start
@@ -209,7 +212,7 @@ def progress_started(sb: Obj, pod: Obj | None) -> float | None:
 
 
 def _deletion_order(sandboxes: Sequence[Obj]) -> list[Obj]:
-    """Not-Ready first, then newest first (spec extensions §4.3 step 7)."""
+    """Not-Ready first, then newest first (docs/design/warmpool.md, "Replenishing the pool")."""
     return sorted(
         sandboxes,
         key=lambda sb: (is_sandbox_ready(sb), -(_created_at(sb) or 0.0)),
@@ -234,14 +237,14 @@ def plan(snap: Snapshot) -> Plan:
             pod_hash = pod_template_hash(template.get("spec", {}).get("podTemplate", {}))
             blueprint_hash = sandbox_blueprint_hash(template.get("spec") or {})
         except (GoJSONError, TypeError, ValueError) as err:
-            # the seed's template error: no creates, no staleness checks, reported
+            # upstream's template error: no creates, no staleness checks, reported
             out.template_error = (
                 f"cannot hash the {'blueprint' if pod_hash else 'pod template'}: {err}"
             )
             template = None
 
     label = name_hash(meta["name"])
-    out.release = [  # the label test first: it rules out every member, cheaply (bench P5)
+    out.release = [  # the label test first: it rules out every member, cheaply (CPU per pass)
         sb
         for sb in snap.controlled
         if (sb["metadata"].get("labels") or {}).get(keys.LABEL_WARM_POOL_SANDBOX) != label
@@ -331,7 +334,7 @@ def plan(snap: Snapshot) -> Plan:
     current = len(active)
     out.active, out.ready = current, ready
     # the members by UID matter to the replenish delay only (a set of every member per pass
-    # is not free: bench P5)
+    # is not free: the pool's CPU cost, docs/benchmarks.md)
     members = frozenset(_uid(sb) for sb in active) if settings.replenish_delay > 0 else frozenset()
     own_deleted = {_uid(sb) for sb in out.delete_stale + out.delete_stuck}
     replenish_due = _replenish_hold(snap, out, members, own_deleted, max(0, desired - current))

@@ -1,9 +1,11 @@
-"""The SandboxClaim controller: lookup, adoption, queue and status (spec extensions §5, §8.2, §9),
-through an in-memory API that enforces resourceVersion and UID preconditions like the real one.
+"""The SandboxClaim controller: lookup, adoption, queue and status (docs/design/claim.md), through
+an in-memory API that enforces resourceVersion and UID preconditions like the real one.
 
-Where §9 or the claim issue changes a seed scenario the docstring says so (docs/claims.md keeps
-the table): Ready candidates preferred, orphans never adoptable, cache-lag adoption finished in
-the same pass, forwarded Ready carries the claim's generation, env forces a cold start.
+The scenarios are upstream 35b9757f's ``sandboxclaim_controller_test.go``; where a later upstream
+change or one of ours changes a scenario the docstring says so (docs/design/claim.md, "Differences
+from upstream 35b9757f, at a glance", keeps the table): Ready candidates preferred, orphans never
+adoptable, cache-lag adoption finished in the same pass, forwarded Ready carries the claim's
+generation, env forces a cold start.
 """
 
 from __future__ import annotations
@@ -327,7 +329,8 @@ async def test_warm_claim_adopts_a_pool_sandbox_in_one_sandbox_write_and_one_sta
 
 
 async def test_adoption_carries_the_vetted_resource_version_a_lost_race_takes_the_next() -> None:
-    """Seed: the first Sandbox patch returns Conflict ⇒ the second candidate is adopted. Here
+    """Upstream 35b9757f: the first Sandbox patch returns Conflict ⇒ the second candidate is
+    adopted. Here
     the Conflict is the apiserver enforcing our resourceVersion precondition."""
     h = Harness()
     _, _, sbs = setup_pool(h)
@@ -441,7 +444,8 @@ async def test_a_lost_adoption_race_against_our_own_other_process_keeps_that_ado
 
 
 async def test_ready_candidates_are_preferred_over_older_not_ready_ones() -> None:
-    """§9 change (upstream #878): the seed adopted in queue order regardless of readiness."""
+    """Changed by upstream #878: upstream 35b9757f adopted in queue order regardless of
+    readiness (docs/design/claim.md, "Candidates and the warm queue")."""
     h = Harness()
     t, p, not_ready = setup_pool(h, members=1, ready=False)
     ready = h.add(SANDBOXES.plural, pool_sandbox(p, t, ready=True))
@@ -465,8 +469,9 @@ async def test_not_ready_candidate_is_adopted_when_no_ready_one_exists() -> None
 
 @pytest.mark.parametrize("kind", ["orphan", "replicaset", "deleting"])
 async def test_ineligible_sandboxes_with_pool_labels_are_never_adopted(kind: str) -> None:
-    """Orphans are never adoptable (§9 #875: the seed adopted them); another controller's or a
-    terminating sandbox neither. The claim goes cold."""
+    """Orphans are never adoptable (upstream #875: upstream 35b9757f adopted them); another
+    controller's or a terminating sandbox neither. The claim goes cold (docs/design/claim.md,
+    "Candidates and the warm queue")."""
     h = Harness()
     t = h.add(SANDBOX_TEMPLATES.plural, template())
     p = h.add(SANDBOX_WARM_POOLS.plural, pool())
@@ -497,7 +502,8 @@ async def test_a_sandbox_whose_owner_reference_names_the_pool_with_another_uid_i
 
 
 async def test_stale_sandbox_of_a_recreate_pool_is_not_handed_out() -> None:
-    """§9 (upstream #1078): under Recreate a stale sandbox is about to be replaced."""
+    """Upstream #1078: under Recreate a stale sandbox is about to be replaced
+    (docs/design/claim.md, "Candidates and the warm queue")."""
     h = Harness()
     t = h.add(SANDBOX_TEMPLATES.plural, template(image="v2"))
     p = h.add(SANDBOX_WARM_POOLS.plural, pool(updateStrategy={"type": "Recreate"}))
@@ -588,7 +594,8 @@ async def test_v1alpha1_named_pool_that_does_not_exist_goes_cold() -> None:
 
 
 async def test_env_forces_a_cold_start_with_the_variables_injected() -> None:
-    """§9 change (upstream #899): the seed refused env with a warm pool forever."""
+    """Changed by upstream #899: upstream 35b9757f refused env with a warm pool forever
+    (docs/design/claim.md, "Warm or cold")."""
     h = Harness()
     h.add(SANDBOX_TEMPLATES.plural, template(envVarsInjectionPolicy="Allowed"))
     p = h.add(SANDBOX_WARM_POOLS.plural, pool())
@@ -757,8 +764,9 @@ async def test_fresh_reconciler_after_a_crash_between_the_two_writes_does_not_ad
 
 
 async def test_cache_lag_after_our_own_adoption_never_leads_to_a_second_one() -> None:
-    """§9 change (upstream #1118): the seed re-patched and failed the pass; here the adoption
-    is finished in the same pass, and the next pass (caches still stale) asks the API."""
+    """Changed by upstream #1118: upstream 35b9757f re-patched and failed the pass; here the
+    adoption is finished in the same pass, and the next pass (caches still stale) asks the API
+    (docs/design/claim.md, "Finding the claim's sandbox")."""
     h = Harness()
     setup_pool(h, members=3)
     h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
@@ -917,7 +925,7 @@ async def test_a_deleted_claim_is_forgotten() -> None:
     assert h.r._bound == {}
 
 
-# ------------------------------------------------------------------------------------ §8.2 rest
+# ----------------------------------------- the rest of upstream's sandboxclaim_controller_test.go
 async def test_template_with_automount_true_keeps_it_on_the_cold_sandbox() -> None:
     h = Harness()
     t = template()
@@ -1079,7 +1087,7 @@ def test_verify_candidate_namespace_isolation() -> None:
 def test_env_injection_follows_the_template_policy(
     policy: str, template_env: list[tuple[str, str]], claim_env: list[tuple[str, str]], result: Any
 ) -> None:
-    """Upstream's env table (spec §5.7)."""
+    """Upstream's env table (docs/design/claim.md, "Pod metadata and env")."""
     from agentsandbox.controllers.claim.claimed_sandbox import inject_env
     from agentsandbox.controllers.claim.plan import ClaimFailure
 

@@ -1,6 +1,6 @@
 """SandboxClaim metrics: upstream's ``TestRecordCreationLatencyMetric`` and
-``TestSandboxClaimCreationMetric`` (spec extensions §8.2), the guard annotations (#1114, #1087),
-the client-measured latency (#565) and the label values.
+``TestSandboxClaimCreationMetric`` (docs/design/claim.md, "Tests"), the guard annotations (#1114,
+#1087), the client-measured latency (#565) and the label values.
 
 The families live on the process-wide registry, so every assertion is on the change of one
 labelled series, each test using its own ``sandbox_template`` value.
@@ -321,7 +321,7 @@ def test_controller_first_observed_is_added_once() -> None:
         (claim(None, pool="p"), sandbox("warm", template_annotation="from-sb"), "from-sb", "warm"),
         (claim(None, pool="p"), sandbox("warm"), "__unknown__", "warm"),
         (claim(None, pool="p"), None, "__unknown__", "unknown"),
-        # the launch-type label wins over the pod-name annotation (upstream's seed rule)
+        # the launch-type label wins over the pod-name annotation
         (claim("t"), sandbox("cold", pod_name="sb"), "t", "cold"),
         # unlabelled: upstream's pod-name rule
         (claim("t"), sandbox(None, pod_name="sb"), "t", "warm"),

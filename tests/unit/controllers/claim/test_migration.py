@@ -1,4 +1,5 @@
-"""Claims stored by upstream's conversion webhook (spec extensions §9, sdk-contract §3.1).
+"""Claims stored by upstream's conversion webhook (docs/migrating.md, "Claims stored by upstream's
+conversion webhook (shadow pools)"; docs/design/claim.md, "Which template and pools").
 
 Upstream serves v1alpha1 claims through a conversion webhook to its v1beta1 storage. A v1alpha1
 claim with ``warmpool`` ``default``/``none`` is stored with ``warmPoolRef.name:

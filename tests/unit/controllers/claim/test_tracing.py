@@ -66,7 +66,7 @@ def test_traceparent_round_trips_and_knows_the_sampled_flag() -> None:
 @pytest.mark.parametrize(
     ("annotation", "expected"),
     [
-        # what the 1.0.x client writes (sdk-contract §2.2)
+        # what the 1.0.x client writes (docs/tracing.md, "The annotation")
         (json.dumps({"traceparent": TP}), {"traceparent": TP}),
         (
             json.dumps({"traceparent": TP, "tracestate": "vendor=x"}),

@@ -1,4 +1,5 @@
-"""slow_start_batch: batch sizes, early exit on failure, cancellation (spec extensions §4.8)."""
+"""slow_start_batch: batch sizes, early exit on failure, cancellation (docs/design/warmpool.md,
+"Slow-start batches")."""
 
 from __future__ import annotations
 

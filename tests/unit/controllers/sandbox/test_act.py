@@ -268,7 +268,8 @@ async def test_a_sandbox_created_with_its_pod_name_annotation_needs_no_annotatio
 
 async def test_a_pass_before_the_pod_cache_shows_our_new_pod_does_not_create_it_again() -> None:
     """The create's answer stands in for the pod until the cache shows it (or 10 s pass): no
-    second POST answered AlreadyExists, no GET (bench P1 profile: 96 such pairs per 650)."""
+    second POST answered AlreadyExists, no GET (a profile at 30 claims/s saw 96 such pairs per
+    650 sandboxes, docs/benchmarks.md)."""
     r = rig(sandbox())
     await r.run()
     assert [k for k in r.client.sent() if k[0] == "create" and k[1] == POD] == [
@@ -404,7 +405,7 @@ async def test_an_adoption_patch_carries_the_resource_version_it_was_decided_on(
     assert "Adopted" in r.recorder.reasons()
 
 
-# ---------------------------------------------------------------------------------- F5: pod writes
+# --------------------------------------------------------------------------------------- pod writes
 async def test_a_failed_suspend_delete_keeps_the_pod_name_annotation() -> None:
     """Dropping it would make the next pass look for ``sandbox.name`` and never retry."""
     sb = sandbox(replicas=0, sandbox_annotations={keys.ANNOTATION_POD_NAME: "warm-pod-1"})
@@ -477,7 +478,8 @@ async def test_a_failed_annotation_patch_is_reported_with_upstreams_wrap() -> No
 
 # ---------------------------------------------------------------------------------- AlreadyExists
 async def test_a_pvc_create_answered_already_exists_reads_it_and_decides_again() -> None:
-    """Here the PVC turns out to be a StatefulSet's: an error, and no pod is created (F1)."""
+    """Here the PVC turns out to be a StatefulSet's: an error, and no pod is created
+    (docs/design/sandbox.md, "A PVC that is not ours blocks the pod")."""
     foreign = pvc("data-my-sandbox", owner=owner_ref("other-uid", "web", "StatefulSet"))
     r = rig(sandbox(vcts=[vct("data")]))
     r.client.fail[("create", PVC, "data-my-sandbox")] = AlreadyExists(message="exists")
@@ -614,7 +616,8 @@ async def test_child_errors_and_a_status_write_failure_are_reported_together() -
 
 
 async def test_an_error_retry_is_bounded_by_the_time_left_to_shutdown() -> None:
-    """F17: backoff after a child error must not postpone the expiry."""
+    """Backoff after a child error must not postpone the expiry (docs/design/sandbox.md,
+    "Requeues and the expiry bound")."""
     r = rig(sandbox(shutdown=NOW + timedelta(seconds=30)))
     r.client.fail[("create", POD, "my-sandbox")] = boom()
     err = await r.fails()

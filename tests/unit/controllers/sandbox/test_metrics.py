@@ -1,4 +1,5 @@
-"""Core metrics: the ``agent_sandboxes`` collector (spec core §5.2) — its label derivation, the
+"""Core metrics: the ``agent_sandboxes`` collector (docs/metrics.md, "Always registered") — its
+label derivation, the
 launch-type precedence, per-scrape aggregation from the informer cache — and
 ``agent_sandbox_build_info``.
 """

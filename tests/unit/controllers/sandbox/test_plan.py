@@ -1,8 +1,8 @@
-"""The Sandbox decision functions, rule by rule (core spec §2).
+"""The Sandbox decision functions, rule by rule (docs/design/sandbox.md).
 
 Each test builds the snapshot the reconciler would observe from its caches and checks the plan.
-Tests are named after the rule they check; the section of the spec is in the test's group
-comment. Messages are compared as exact strings.
+Tests are named after the rule they check; the heading of docs/design/sandbox.md that states it
+is in the test's group comment. Messages are compared as exact strings.
 """
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ def event_reasons(p: Plan) -> list[str]:
     return [e.reason for e in p.events]
 
 
-# ---------------------------------------------------------------------------------- §2.3 reconcile
+# --------------------------------------------------------------------------------------- One pass
 def test_replicas_unset_is_treated_as_one() -> None:
     p = plan(snap(sandbox()))
     assert p.pod is not None and p.pod.step.action is Action.CREATE
@@ -328,7 +328,7 @@ def test_status_patch_nulls_dropped_fields_and_replaces_conditions_whole() -> No
     }
 
 
-# ---------------------------------------------------------------------------------- §2.4 PVCs
+# ------------------------------------------------------------------------------------------- PVCs
 def test_pvc_missing_is_created_with_template_metadata_tracking_label_and_owner() -> None:
     sb = sandbox(vcts=[vct("data", tier="fast")])
     p = plan(snap(sb))
@@ -434,7 +434,7 @@ def test_pvcs_are_never_deleted() -> None:
     assert step.action is Action.NONE
 
 
-# ---------------------------------------------------------------------------------- §2.4 Pod
+# ---------------------------------------------------------------------------------------- The pod
 def test_new_pod_is_named_after_the_sandbox_with_tracking_label_and_owner() -> None:
     p = plan(snap(sandbox()))
     assert p.pod is not None
@@ -762,7 +762,7 @@ def test_an_extension_label_that_leaves_the_sandbox_leaves_the_pod() -> None:
     assert p.pod.step.body["metadata"]["labels"] == {keys.LABEL_WARM_POOL_SANDBOX: None}
 
 
-# ---------------------------------------------------------------------------------- §2.7 replicas
+# ----------------------------------------------------------------------------- Suspend and resume
 def test_replicas_zero_deletes_the_owned_pod_and_removes_the_annotation() -> None:
     sb = sandbox(replicas=0, sandbox_annotations={keys.ANNOTATION_POD_NAME: "my-sandbox"})
     p = plan(snap(sb, running_pod()))
@@ -878,7 +878,7 @@ def test_suspended_false_pod_not_terminated_when_a_pod_is_passed() -> None:
     )
 
 
-# ---------------------------------------------------------------------------------- §2.4 Service
+# ------------------------------------------------------------------------------------ The Service
 def _svc(desired: bool | None, existing: dict[str, Any] | None) -> Plan:
     return plan(snap(sandbox(service=desired), running_pod(), service=existing))
 
@@ -1023,7 +1023,7 @@ def test_suspending_does_not_delete_the_service() -> None:
     assert p.service is not None and p.service.action is Action.NONE
 
 
-# ---------------------------------------------------------------------------------- §2.5 status
+# ---------------------------------------------------------------------------------- Status fields
 def test_status_with_a_pod_has_replicas_selector_and_pod_ips() -> None:
     p = plan(snap(sandbox(), running_pod()))
     assert p.status is not None
@@ -1063,7 +1063,7 @@ def test_every_condition_carries_the_observed_generation() -> None:
     assert {c["observedGeneration"] for c in p.status["conditions"]} == {7}
 
 
-# ---------------------------------------------------------------------------------- §2.6 Ready
+# ---------------------------------------------------------------------------- The Ready condition
 def test_ready_child_error_is_reconciler_error_with_errors_joined_by_newline() -> None:
     c = ready_condition(1, running_pod(), False, False, ["first", "second"], 4)
     assert c == {
@@ -1156,7 +1156,7 @@ def test_ready_service_unset_is_required_when_an_owned_service_exists() -> None:
     assert ready(p) == ("True", "DependenciesReady", "Pod is Ready")
 
 
-# ---------------------------------------------------------------------------------- §2.6 Finished
+# ---------------------------------------------------------- The Finished and Suspended conditions
 @pytest.mark.parametrize(
     ("phase", "reason", "message"),
     [
@@ -1202,7 +1202,7 @@ def test_existing_conditions_keep_their_place() -> None:
     assert _condition_types(p) == ["Ready", "Suspended"]
 
 
-# ---------------------------------------------------------------------------------- §2.8 expiry
+# --------------------------------------------------------------------------- Expiry in two passes
 def _marked(policy: str | None = None, **status: Any) -> dict[str, Any]:
     conditions = [
         {"type": "Ready", "status": "False", "reason": "SandboxExpired", "message": "x"},
@@ -1283,7 +1283,7 @@ def test_moving_shutdown_time_into_the_future_un_expires() -> None:
     assert ready(p) == ("False", "DependenciesNotReady", "Pod exists with phase: ; Service Exists")
 
 
-# ---------------------------------------------------------------------------------- §2.9 failure
+# ----------------------------------------------------------------------- Deletion and pod failure
 def test_deleted_pod_is_recreated_with_the_sandbox_name() -> None:
     sb = sandbox(
         sandbox_annotations={keys.ANNOTATION_POD_NAME: "my-sandbox"},
@@ -1302,7 +1302,7 @@ def test_terminating_pod_is_still_reported_by_phase() -> None:
     assert ready(p) == ("True", "DependenciesReady", "Pod is Ready")
 
 
-# ---------------------------------------------------------------------------------- §2.10 watches
+# ----------------------------------------------------------------------------- Watches and caches
 def test_child_events_map_to_the_controlling_sandbox() -> None:
     owned = running_pod(name="pool-abc")
     owned["metadata"]["ownerReferences"] = [owner_ref(name="claimed")]
@@ -1326,7 +1326,7 @@ def test_plan_does_not_modify_its_snapshot() -> None:
     assert (sb, live) == before
 
 
-# ---------------------------------------------------------------------------------- §2.3 act
+# ----------------------------------------------------------------------------------------- Writes
 class _Cache:
     """Just enough of an informer for the reconciler: get, an index, no events."""
 

@@ -1,6 +1,6 @@
 """The SandboxTemplate controller: the pure plan (upstream ``TestSandboxTemplateReconcileNetwork
-Policy``, spec extensions §8.3, plus the §9 changes) and the act step through the fake API
-(write order, preconditions, 409s, the memory of our own writes)."""
+Policy``, plus the later upstream changes; docs/design/template.md, "Tests") and the act step
+through the fake API (write order, preconditions, 409s, the memory of our own writes)."""
 
 from __future__ import annotations
 
@@ -197,10 +197,11 @@ def test_up_to_date_network_policy_is_left_alone() -> None:
     assert p.action is Action.NONE and p.body is None and p.template_label_patch is None
 
 
-# ------------------------------------------------------------- §9 changes (#828, #864)
+# ------------------------------------------------------------ later upstream changes (#828, #864)
 def test_unmanaged_never_deletes_a_same_name_policy_it_does_not_control() -> None:
-    """Upstream #828 (37fd0def): the seed deleted whatever policy had the name; now only one
-    the template controls. Someone's own policy under Unmanaged is left alone, unreported."""
+    """Upstream #828 (37fd0def): upstream 35b9757f deleted whatever policy had the name; now
+    only one the template controls. Someone's own policy under Unmanaged is left alone,
+    unreported (docs/design/template.md, "Whose policy it is")."""
     tpl = template(management="Unmanaged")
     for np in (network_policy(None), network_policy(template("other"))):
         p = plan(Snapshot(tpl, np))
@@ -210,8 +211,9 @@ def test_unmanaged_never_deletes_a_same_name_policy_it_does_not_control() -> Non
 
 
 def test_managed_never_updates_a_same_name_policy_it_does_not_control() -> None:
-    """Upstream #828 (37fd0def): the seed overwrote the spec of any same-name policy; now the
-    update is refused and reported (a Warning event, retried with backoff)."""
+    """Upstream #828 (37fd0def): upstream 35b9757f overwrote the spec of any same-name policy;
+    now the update is refused and reported (a Warning event, retried with backoff;
+    docs/design/template.md, "Whose policy it is")."""
     tpl = template()
     foreign = network_policy(None, {"podSelector": {}})
     p = plan(Snapshot(tpl, foreign))

@@ -4,7 +4,7 @@ A small fake client records every write in order (verb, name, preconditions) and
 a test scripts; fake informers hold the caches and deliver events to the reconciler's handlers.
 These tests pin what each write sends, in which order, and what each outcome (success,
 NotFound, 409, connection error, cancellation) leaves behind: expectations, status, events,
-requeues (review warmpool #1-#3, #5, #7-#9, #13-#15, #17, #20-#22).
+requeues (the rules of docs/design/warmpool.md, "Acting, in order" and the sections it names).
 """
 
 from __future__ import annotations
@@ -306,8 +306,8 @@ def conflict() -> Conflict:
 
 # ------------------------------------------------------------------------------------ deletes
 async def test_every_pool_delete_carries_uid_and_resource_version_preconditions() -> None:
-    """Review #1: stale, stuck and excess deletes never remove an object another writer (a
-    claim adopting it) changed since we looked."""
+    """Stale, stuck and excess deletes never remove an object another writer (a claim adopting
+    it) changed since we looked (docs/design/warmpool.md, "Replenishing the pool")."""
     t = template("v2")
     stale_pool = pool(1, updateStrategy={"type": "Recreate"})
     stale = sandbox(stale_pool, template("v1"))
@@ -332,8 +332,8 @@ async def test_every_pool_delete_carries_uid_and_resource_version_preconditions(
 async def test_conflict_on_a_delete_is_no_error_lowers_the_expectation_and_requeues_fast(
     kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Review #1/#22: a 409 means the sandbox changed (or is another object now): look again
-    within a second; no error, no error log, no Warning event."""
+    """A 409 means the sandbox changed (or is another object now): look again within a second;
+    no error, no error log, no Warning event (docs/design/warmpool.md, "Replenishing the pool")."""
     t = template("v2")
     if kind == "stale":
         p = pool(1, updateStrategy={"type": "Recreate"})
@@ -390,7 +390,7 @@ async def test_connection_error_on_a_delete_lowers_the_expectation_and_is_report
 
 
 async def test_failed_delete_is_not_reported_as_a_create_failure() -> None:
-    """Review #7: a failed stale delete with successful creates is an error of the pass, but
+    """A failed stale delete with successful creates is an error of the pass, but
     the pool's condition is not SandboxCreateFailed and no create-failure Warning goes out."""
     t = template("v2")
     p = pool(2, updateStrategy={"type": "Recreate"})
@@ -410,7 +410,8 @@ async def test_failed_delete_is_not_reported_as_a_create_failure() -> None:
 
 
 async def test_stuck_orphan_is_deleted_and_never_put() -> None:
-    """Review #2: DELETE then PUT of the same orphan used to fail with 404 every pass."""
+    """DELETE then PUT of the same orphan used to fail with 404 every pass
+    (docs/design/warmpool.md, "Sorting the members")."""
     t = template()
     p = pool(1)
     orphan = sandbox(p, t, owned=False, ready=False, age=600)
@@ -445,7 +446,7 @@ async def test_write_order_is_adopt_then_stale_then_stuck_then_create_then_statu
 
 
 async def test_adoption_sets_the_pool_as_controller_without_duplicating_its_reference() -> None:
-    """Review #17: an orphan already carrying a non-controller reference to the pool ends up
+    """An orphan already carrying a non-controller reference to the pool ends up
     with exactly one reference to it, marked controller, sent with its resourceVersion."""
     t = template()
     p = pool(1)
@@ -465,7 +466,8 @@ async def test_adoption_sets_the_pool_as_controller_without_duplicating_its_refe
 async def test_failed_adoption_is_not_counted_and_is_replaced(
     error: KubeError, raises: bool
 ) -> None:
-    """Review #8 / seed §4.4: an orphan whose adoption failed is not a member this pass."""
+    """An orphan whose adoption failed is not a member this pass (upstream's rule;
+    docs/design/warmpool.md, "Sorting the members")."""
     t = template()
     p = pool(1)
     orphan = sandbox(p, t, owned=False)
@@ -502,8 +504,9 @@ async def test_create_expectations_are_raised_before_and_lowered_by_events() -> 
 
 
 async def test_pool_sandboxes_are_named_here_with_their_pod_name_annotation() -> None:
-    """Deviation (bench P6): the pool picks each sandbox's name in generateName's format, so the
-    pod-name annotation is part of the create and the Sandbox controller never patches it in."""
+    """Deviation (one write less per pool sandbox; docs/design/warmpool.md, "The blueprint"):
+    the pool picks each sandbox's name in generateName's format, so the pod-name annotation is
+    part of the create and the Sandbox controller never patches it in."""
     t = template()
     p = pool(3)
     h = Harness(p, t)
@@ -553,7 +556,8 @@ async def test_a_failing_create_batch_lowers_the_expectations_it_will_never_see(
 
 
 async def test_connection_error_on_create_is_reported_in_the_condition() -> None:
-    """Review #7: a create that never got an answer is a create failure too."""
+    """A create that never got an answer is a create failure too (docs/design/warmpool.md,
+    "Acting, in order")."""
     t = template()
     h = Harness(pool(1), t)
     wp_backoff, wa.LOST_ANSWER_BACKOFF = wa.LOST_ANSWER_BACKOFF, 0.0
@@ -711,7 +715,8 @@ async def test_cancellation_mid_create_lowers_the_unsent_and_unanswered_creates(
 
 
 async def test_shutdown_stops_creates_between_batches_without_an_error() -> None:
-    """Review #13: the batch's stop event is the controller's, set when it stops."""
+    """The batch's stop event is the controller's, set when it stops (docs/design/warmpool.md,
+    "Slow-start batches")."""
     t = template()
     h = Harness(pool(7), t)
     stopping = asyncio.Event()
@@ -834,7 +839,8 @@ async def test_setup_wires_the_controllers_stop_event_into_the_reconciler() -> N
 
 # ------------------------------------------------------------------------------------ status
 async def test_failed_status_write_does_not_hide_the_passes_other_errors() -> None:
-    """Review #15."""
+    """A failed status write is reported beside the pass's other errors, not instead of them
+    (docs/design/warmpool.md, "Acting, in order")."""
     t = template()
     p = pool(1)
     stuck = sandbox(p, t, ready=False, age=600)
@@ -873,8 +879,9 @@ async def test_status_write_carries_explicit_zero_counts_and_the_field_manager()
 
 # ------------------------------------------------------------------------------------ events
 async def test_not_progressing_warning_once_per_transition_and_only_after_the_write() -> None:
-    """Review #14: the Warning is not repeated while the cache still shows the old status, is
-    not sent when the status write fails, and the action is "Reconciling"."""
+    """The Warning is not repeated while the cache still shows the old status, is not sent when
+    the status write fails, and the action is "Reconciling" (docs/design/warmpool.md, "Status and
+    the Ready condition")."""
     h = Harness(pool(1), None)
     h.client.fail["apply"] = [InternalError(500, "InternalError", "down")]
     with pytest.raises(ReconcileErrors):
@@ -902,7 +909,8 @@ async def test_a_restarted_reconciler_does_not_repeat_the_warning_the_status_sho
 
 # ------------------------------------------------------------------------------------ requeues
 async def test_lost_event_fallback_is_not_shadowed_by_a_long_plan_requeue() -> None:
-    """Review #5: a young not-Ready sandbox asks for ~290 s; pending creates need 30 s."""
+    """A young not-Ready sandbox asks for ~290 s; pending creates need 30 s
+    (docs/design/warmpool.md, "Stuck sandboxes", "Expectations")."""
     t = template()
     p = pool(2)
     h = Harness(p, t, sandbox(p, t, ready=False, age=10))
@@ -915,7 +923,8 @@ async def test_lost_event_fallback_is_not_shadowed_by_a_long_plan_requeue() -> N
 
 
 async def test_creates_held_back_by_own_terminating_sandboxes_requeue() -> None:
-    """Review #3: nothing else may re-queue the pool when what held creates back goes away."""
+    """Nothing else may re-queue the pool when what held creates back goes away
+    (docs/design/warmpool.md, "Replenishing the pool")."""
     t = template()
     p = pool(2)
     leaving = sandbox(p, t)
@@ -927,8 +936,8 @@ async def test_creates_held_back_by_own_terminating_sandboxes_requeue() -> None:
 
 
 async def test_pod_cache_wait_is_bounded_to_ten_seconds_across_passes() -> None:
-    """Review #6: a sandbox reporting a pod the cache lacks is kept at most 10 s; at 11 s the
-    seed's stuck rule applies to it."""
+    """A sandbox reporting a pod the cache lacks is kept at most 10 s; at 11 s upstream's stuck
+    rule applies to it (docs/design/warmpool.md, "Stuck sandboxes")."""
     t = template()
     p = pool(1)
     sb = sandbox(p, t, ready=False, age=600)
@@ -1053,7 +1062,8 @@ async def test_sandbox_adopted_by_a_claim_requeues_its_pool_and_is_replaced_exac
 
 # ------------------------------------------------------------------------------------ hygiene
 async def test_deleting_a_pool_drops_its_metric_series_and_memory() -> None:
-    """Review #20."""
+    """A deleted pool leaves no metric series, expectations or memory behind
+    (docs/design/warmpool.md, "One pass")."""
     t = template()
     p = pool(1)
     h = Harness(p, t)
@@ -1078,7 +1088,7 @@ async def test_deleting_a_pool_drops_its_metric_series_and_memory() -> None:
 
 
 async def test_a_pool_recreated_under_the_same_name_does_not_inherit_expectations() -> None:
-    """Review #21: expectations are keyed by the pool's UID."""
+    """Expectations are keyed by the pool's UID (docs/design/warmpool.md, "Expectations")."""
     t = template()
     h = Harness(pool(2), t)
     await h.reconcile()
@@ -1113,7 +1123,8 @@ async def test_time_to_ready_is_observed_for_the_first_ready_only() -> None:
 
 
 async def test_unknown_update_strategy_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    """Review #19: as the seed, an unknown strategy is logged and treated as OnReplenish."""
+    """As upstream, an unknown strategy is treated as OnReplenish; it is logged once
+    (docs/design/warmpool.md, "Sorting the members")."""
     t = template()
     h = Harness(pool(0, updateStrategy={"type": "Bogus"}), t)
     with caplog.at_level(logging.WARNING, logger="agentsandbox.warmpool"):
@@ -1125,7 +1136,8 @@ async def test_unknown_update_strategy_is_logged_once(caplog: pytest.LogCaptureF
 
 
 async def test_pod_lookup_follows_the_pod_name_annotation_and_ignores_terminating_pods() -> None:
-    """Review #16."""
+    """The pod looked at is the one the pod-name annotation names; a terminating pod is not
+    looked at."""
     t = template()
     p = pool(1)
     sb = sandbox(p, t, ready=False)

@@ -1,4 +1,5 @@
-"""The SandboxWarmPool decision function, scenario by scenario (spec extensions §8.1, §4, §9).
+"""The SandboxWarmPool decision function, scenario by scenario (docs/design/warmpool.md, "Tests":
+upstream 35b9757f's ``sandboxwarmpool_controller_test.go`` plus one test per deliberate change).
 
 Each test builds a snapshot the way the reconciler would observe it and checks the plan. Where
 an upstream test runs two reconcile passes, ``converge`` applies each plan to an in-memory set of
@@ -583,7 +584,7 @@ def test_creates_and_deletes_are_capped_by_max_batch_size() -> None:
     assert len(plan(snap(p, sbs, t, settings=Settings(max_batch_size=4))).delete_excess) == 4
 
 
-# ------------------------------------------------------------------ expectations (upstream §9)
+# ------------------------------------------------------------------ expectations
 def test_unsatisfied_expectations_block_creates_and_deletes() -> None:
     t = template()
     pl = plan(snap(pool(5), [], t, expectations_satisfied=False))
@@ -677,8 +678,9 @@ def test_grace_period_restarts_when_a_held_sandbox_finally_gets_its_pod() -> Non
 
 
 def test_grace_period_does_not_restart_for_a_recreated_pod_of_a_sandbox_never_held() -> None:
-    """Review #4: a pod recreated (eviction, drain) or rescheduled does not reset the clock of a
-    sandbox that was never held as blocked; the seed times it from the sandbox's creation."""
+    """A pod recreated (eviction, drain) or rescheduled does not reset the clock of a sandbox
+    that was never held as blocked; upstream's rule times it from the sandbox's creation
+    (docs/design/warmpool.md, "Stuck sandboxes")."""
     t, p = template(), pool(1)
     sb = sandbox(p, t, owned=True, ready=False, age=3600)
     pods = {sb["metadata"]["name"]: _pod(sb, 60, 50)}
@@ -701,7 +703,8 @@ def test_held_sandbox_is_remembered_and_forgotten_once_ready() -> None:
 
 
 def test_sandbox_reporting_a_pod_the_cache_has_not_seen_is_kept_at_most_10_seconds() -> None:
-    """Review #6: the 'pod cache lags' exception is bounded; at 11 s the seed rule applies."""
+    """The 'pod cache lags' exception is bounded; at 11 s upstream's stuck rule applies
+    (docs/design/warmpool.md, "Stuck sandboxes")."""
     t, p = template(), pool(1)
     sb = sandbox(p, t, owned=True, ready=False, age=600)
     sb["status"]["replicas"] = 1
@@ -724,9 +727,10 @@ def test_sandbox_reporting_a_missing_pod_within_grace_is_not_deleted_after_the_w
     assert pl.delete_stuck == [] and pl.requeue_after == pytest.approx(300 - 60 + 1)
 
 
-# ------------------------------------------------------------------ review fixes (plan side)
+# ------------------------------------------------------------------ deliberate changes (plan side)
 def test_stuck_orphan_is_deleted_not_adopted_in_the_same_pass() -> None:
-    """Review #2: never adopt what this pass deletes (it used to DELETE, then PUT -> 404)."""
+    """Never adopt what this pass deletes (it used to DELETE, then PUT -> 404;
+    docs/design/warmpool.md, "Sorting the members")."""
     t, p = template(), pool(1)
     orphan = sandbox(p, t, ready=False, age=600)
     pl = plan(snap(p, [orphan], t))
@@ -735,7 +739,8 @@ def test_stuck_orphan_is_deleted_not_adopted_in_the_same_pass() -> None:
 
 
 def test_terminating_sandboxes_of_others_do_not_hold_creates_back() -> None:
-    """Review #3: only the pool's own terminating sandboxes count as in flight."""
+    """Only the pool's own terminating sandboxes count as in flight (docs/design/warmpool.md,
+    "Replenishing the pool")."""
     t, p = template(), pool(2)
     foreign = sandbox(p, t, foreign=True)
     orphan = sandbox(p, t)
@@ -762,7 +767,8 @@ def test_own_terminating_sandboxes_hold_creates_back_and_requeue() -> None:
 
 
 def test_orphan_whose_adoption_failed_is_not_counted() -> None:
-    """Review #8 / seed §4.4 step 4: a failed adoption is skipped, so a replacement is made."""
+    """A failed adoption is skipped, so a replacement is made (upstream's rule;
+    docs/design/warmpool.md, "Sorting the members")."""
     t, p = template(), pool(1)
     orphan = sandbox(p, t)
     first = plan(snap(p, [orphan], t))
@@ -774,7 +780,7 @@ def test_orphan_whose_adoption_failed_is_not_counted() -> None:
 def test_template_hash_failure_creates_nothing_and_reports_template_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Review #12 / seed §4.3 step 2: the hash error is the template error."""
+    """The hash error is the template error (docs/design/warmpool.md, "Template errors")."""
     import agentsandbox.controllers.warmpool.plan as wp
     from agentsandbox.api.gojson import GoJSONError
 
@@ -794,8 +800,9 @@ def test_template_hash_failure_creates_nothing_and_reports_template_error(
 
 
 def test_recreate_rollout_takes_exactly_two_passes_deletes_then_creates() -> None:
-    """Documented deviation (review #11): the seed deletes and creates in one pass; here creates
-    wait until the deletes are gone, so a pool never holds more than spec.replicas."""
+    """Documented deviation: upstream 35b9757f deletes and creates in one pass; here creates
+    wait until the deletes are gone, so a pool never holds more than spec.replicas
+    (docs/design/warmpool.md, "Replenishing the pool")."""
     v1, p = template(image="image-v1"), pool(2, strategy="Recreate")
     sbs = [sandbox(p, v1, owned=True) for _ in range(2)]
     v2 = template(image="image-v2")
@@ -1077,7 +1084,7 @@ STALENESS_TABLE: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [
     ("service true->false", BASE, {**BASE, "service": False}, True),
     ("service unset->false", {}, {"service": False}, True),
     ("pod image", BASE, {**BASE, "image": "other"}, True),
-    # pod metadata is not compared either (the seed's comparePodSpecs): new hash, not stale
+    # pod metadata is not compared either (upstream's comparePodSpecs): new hash, not stale
     ("pod labels only", BASE, {**BASE, "pod_meta": {"metadata": {"labels": {"a": "b"}}}}, False),
 ]  # fmt: skip
 
