@@ -1,1 +1,1 @@
-"""The reconcilers: Sandbox, SandboxTemplate, SandboxWarmPool, SandboxClaim."""
+"""The reconcilers, one package each: sandbox, template, warmpool, claim and autoscaler."""
