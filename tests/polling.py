@@ -4,6 +4,7 @@
   waited for and the last answer (or exception) once ``within`` seconds have passed.
 - ``stays`` checks that something keeps holding for a while ("nothing happens for N s"); it fails
   at the first answer that does not hold.
+- ``settles`` waits until an answer stops changing for a while ("until things go quiet").
 - ``yield_to_loop`` lets the other tasks on the event loop run.
 
 ``eventually`` and ``stays`` take sync or async checks (a check's awaitable answer is awaited);
@@ -146,10 +147,32 @@ def stays_sync(
         time.sleep(min(interval, for_ - held))
 
 
+async def settles(
+    check: Check, *, for_: float, within: float, what: What, interval: float = 0.1
+) -> Any:
+    """Call ``check`` (awaiting its answer if it is awaitable) every ``interval`` seconds until
+    its answer has stayed equal for ``for_`` seconds ("until things go quiet"), and return that
+    answer. After ``within`` seconds without such a stretch, raise AssertionError naming ``what``
+    and the last answer."""
+    deadline = time.monotonic() + within
+    value = await _answer(check)
+    since = time.monotonic()
+    while True:
+        now = time.monotonic()
+        if now - since >= for_:
+            return value
+        if now >= deadline:
+            raise _timed_out(within, what, value)
+        await asyncio.sleep(min(interval, for_ - (now - since)))
+        answer = await _answer(check)
+        if answer != value:
+            value, since = answer, time.monotonic()
+
+
 async def yield_to_loop(times: int = 1) -> None:
     """Let every task that is ready run (one turn of the event loop per ``times``)."""
     for _ in range(times):
         await asyncio.sleep(0)
 
 
-__all__ = ["eventually", "eventually_sync", "stays", "stays_sync", "yield_to_loop"]
+__all__ = ["eventually", "eventually_sync", "settles", "stays", "stays_sync", "yield_to_loop"]
