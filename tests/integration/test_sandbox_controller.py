@@ -7,7 +7,7 @@ in its own namespace.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -22,7 +22,6 @@ from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import EVENTS, PERSISTENTVOLUMECLAIMS, PODS, SERVICES
 from tests.polling import eventually, stays
 
-T = TypeVar("T")
 CLUSTER_DOMAIN = "test.example"
 
 
