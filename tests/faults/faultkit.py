@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from agentsandbox.devcluster import certs
 from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.devcluster.process import Component
+from tests.polling import eventually_sync, stays_sync
 
 HERE = Path(__file__).parent
 SHORT_LEASE = (sys.executable, str(HERE / "short_lease_controller.py"))
@@ -48,7 +49,7 @@ def restart_apiserver(
     killed = time.monotonic()
     os.kill(comp.proc.pid, signal.SIGKILL)
     comp.proc.wait(10)
-    time.sleep(down)
+    stays_sync(lambda: not comp.alive(), for_=down, what="kube-apiserver down")
     argv = cluster._argv("kube-apiserver")
     if etcd_servers is not None:
         argv = [
@@ -68,11 +69,12 @@ def restart_apiserver(
             start_new_session=True,
         )
     cluster.components["kube-apiserver"] = new
-    deadline = time.monotonic() + within
-    while not new.health():
+
+    def ready() -> bool:
         assert new.alive(), f"kube-apiserver exited after a restart; see {comp.log}"
-        assert time.monotonic() < deadline, f"kube-apiserver not ready within {within}s"
-        time.sleep(0.1)
+        return new.health()
+
+    eventually_sync(ready, within=within, what="kube-apiserver ready after a restart")
     return time.monotonic() - killed
 
 
@@ -139,11 +141,12 @@ def proxy(
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 15
-        while not port_file.exists():
+
+        def started() -> bool:
             assert popen.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "proxy did not start"
-            time.sleep(0.02)
+            return port_file.exists()
+
+        eventually_sync(started, within=15, what="the proxy started", interval=0.02)
         yield ProxyProcess(popen, int(port_file.read_text()), log)
     finally:
         if popen.poll() is None:

@@ -16,7 +16,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,6 +32,7 @@ from tests.integration.invariants import SandboxHistory, check_converged, contro
 from tests.integration.runtime_helpers import compact_etcd
 from tests.integration.test_claims import claim_obj
 from tests.integration.test_warmpool import pool_obj, template_obj
+from tests.polling import eventually, stays
 
 from .faultkit import (
     audit_creates,
@@ -77,24 +77,19 @@ def apiserver_with(
 
 
 async def _sandbox_count(client: Client, ns: str) -> int:
-    while True:
-        try:
-            return len((await client.list(SANDBOXES, ns)).items)
-        except Exception:  # the apiserver may be restarting under the test's own client
-            await asyncio.sleep(0.1)
+    listed = await eventually(
+        lambda: client.list(SANDBOXES, ns),
+        accept=lambda _: True,  # any answer, no sandbox too
+        within=300,  # as long as the test may run
+        what="a list of the sandboxes",
+        ignoring=Exception,  # the apiserver may be restarting under the test's own client
+    )
+    return len(listed.items)
 
 
 async def _bound(client: Client, ns: str) -> int:
     claims = (await client.list(SANDBOX_CLAIMS, ns)).items
     return sum(1 for c in claims if ((c.get("status") or {}).get("sandbox") or {}).get("name"))
-
-
-async def _until(check: Any, within: float, what: str) -> Any:
-    deadline = time.monotonic() + within
-    while not (value := await check()):
-        assert time.monotonic() < deadline, f"{what} not reached within {within}s"
-        await asyncio.sleep(0.02)
-    return value
 
 
 async def _setup_pool(client: Client, ns: str, replicas: int) -> None:
@@ -121,7 +116,12 @@ async def test_apiserver_restart_mid_fill(
         async with SandboxHistory(pclient, pns) as history:
             t0 = time.monotonic()
             await _setup_pool(pclient, pns, 40)
-            await _until(lambda: _at_least(pclient, pns, 10), 30, "10 sandboxes before the restart")
+            await eventually(
+                lambda: _at_least(pclient, pns, 10),
+                within=30,
+                what="10 sandboxes before the restart",
+                interval=0.02,
+            )
             at_kill = await _sandbox_count(pclient, pns)
             down = await asyncio.to_thread(restart_apiserver, private_cluster, down=1.0)
             await check_converged(pclient, pns, pools={"pool": 40}, history=history)
@@ -159,7 +159,12 @@ async def test_apiserver_restart_mid_claim_burst(
         async with SandboxHistory(pclient, pns) as history:
             t0 = time.monotonic()
             names = await _claims(pclient, pns, 50)
-            bound = await _until(lambda: _bound_at_least(pclient, pns, 10), 30, "10 claims bound")
+            bound = await eventually(
+                lambda: _bound_at_least(pclient, pns, 10),
+                within=30,
+                what="10 claims bound",
+                interval=0.02,
+            )
             down = await asyncio.to_thread(restart_apiserver, private_cluster, down=1.0)
             served = await check_converged(
                 pclient, pns, pools={"pool": 20}, claims=names, history=history
@@ -220,7 +225,9 @@ async def test_watches_expire_by_etcd_compaction_and_the_relist_converges(
             for name in members[:2]:
                 await pclient.delete(SANDBOXES, name, pns)
             compacted = compact_etcd(private_cluster)
-            await asyncio.sleep(1.0)
+            await stays(  # cut off a while longer
+                lambda: proc.poll() is None, for_=1.0, what="the controller running"
+            )
             px.resume()
             t0 = time.monotonic()
             served = await check_converged(
@@ -313,10 +320,19 @@ async def test_a_pool_create_whose_answer_is_lost_is_not_repeated(
                 n = await _sandbox_count(pclient, pns)
                 if n >= replicas - 12:
                     break
-                await _until(lambda n=n: _at_least(pclient, pns, n + 10), 30, f"{n + 10} sandboxes")
+                await eventually(
+                    lambda n=n: _at_least(pclient, pns, n + 10),
+                    within=30,
+                    what=f"{n + 10} sandboxes",
+                    interval=0.02,
+                )
                 px.lose_answers()
                 rounds += 1
-                await asyncio.sleep(6.0)
+                await stays(  # the round: answers lost for 1 s, then connections refused for 5 s
+                    lambda: history.created <= replicas,
+                    for_=6.0,
+                    what="no sandbox beyond the pool's replicas",
+                )
                 await history.caught_up()
             await check_converged(pclient, pns, pools={"pool": replicas}, history=history)
     lost = unanswered_creates(log, pns)

@@ -23,6 +23,7 @@ from agentsandbox.kube.resources import LEASES
 from tests.integration.invariants import SandboxHistory, check_converged, controller_process
 from tests.integration.test_claims import claim_obj
 from tests.integration.test_warmpool import pool_obj, template_obj
+from tests.polling import eventually
 
 from .faultkit import SHORT_LEASE, metric_sum, scrape
 
@@ -57,23 +58,29 @@ async def test_two_replicas_one_acts_and_the_standby_finishes_after_a_kill_9(
             )
         )
         deadline = time.monotonic() + 30
-        while not _leading(ports["a"]):
+
+        def a_leads() -> bool:
             assert a.poll() is None, (tmp_path / "a.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "a never leads"
-            await asyncio.sleep(0.1)
+            return _leading(ports["a"])
+
+        await eventually(a_leads, within=30, what="a leading")
         b = stack.enter_context(
             controller_process(
                 cluster, tmp_path / "b.log", ports["b"], argv0=SHORT_LEASE, flags=flags, env=env
             )
         )
-        while True:  # b is up and standing by: its metrics answer
+
+        def b_answers() -> bool:
             assert b.poll() is None, (tmp_path / "b.log").read_text()[-2000:]
-            assert time.monotonic() < deadline + 30, "b's metrics never answered"
-            try:
-                scrape(ports["b"])
-                break
-            except OSError:
-                await asyncio.sleep(0.1)
+            scrape(ports["b"])
+            return True
+
+        await eventually(  # b is up and standing by: its metrics answer
+            b_answers,
+            within=deadline + 30 - time.monotonic(),
+            what="b's metrics answering",
+            ignoring=OSError,
+        )
         await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
         await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 20), namespace)
         await check_converged(client, namespace, pools={"pool": 20})
@@ -88,21 +95,28 @@ async def test_two_replicas_one_acts_and_the_standby_finishes_after_a_kill_9(
                     for n in names
                 )
             )
-            deadline = time.monotonic() + 30
-            while True:
+
+            async def bound_claims() -> int:
                 claims = (await client.list(SANDBOX_CLAIMS, namespace)).items
-                bound = sum(1 for c in claims if (c.get("status") or {}).get("sandbox"))
-                if bound >= 10:
-                    break
-                assert time.monotonic() < deadline, f"only {bound} bound"
-                await asyncio.sleep(0.02)
+                return sum(1 for c in claims if (c.get("status") or {}).get("sandbox"))
+
+            bound = await eventually(
+                bound_claims,
+                accept=lambda n: n >= 10,
+                within=30,
+                what="10 claims bound",
+                interval=0.02,
+            )
             assert _reconciles(ports["b"]) == 0, "the standby acted while a led"
             os.kill(a.pid, signal.SIGKILL)
             killed = time.monotonic()
             a.wait(10)
-            while not _leading(ports["b"]):
-                assert time.monotonic() - killed < 3 * LEASE, "b never took over"
-                await asyncio.sleep(0.05)
+            await eventually(
+                lambda: _leading(ports["b"]),
+                within=3 * LEASE - (time.monotonic() - killed),
+                what="b taking over",
+                interval=0.05,
+            )
             took = time.monotonic() - killed
             served = await check_converged(
                 client, namespace, pools={"pool": 20}, claims=names, history=history

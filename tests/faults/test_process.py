@@ -29,6 +29,7 @@ from tests.integration.invariants import (
 )
 from tests.integration.test_claims import claim_obj
 from tests.integration.test_warmpool import pool_obj, template_obj
+from tests.polling import eventually
 
 
 async def _count(client: Client, ns: str) -> int:
@@ -67,10 +68,13 @@ async def test_kill_9_mid_pool_fill_twice_then_exactly_replicas_and_no_extra_cre
             await client.create(SANDBOX_WARM_POOLS, pool_obj("b", "tpl", 15), namespace)
             at_kill = []
             for threshold in (10, 30):
-                deadline = time.monotonic() + 30
-                while (n := await _count(client, namespace)) < threshold:
-                    assert time.monotonic() < deadline, f"only {n} sandboxes"
-                    await asyncio.sleep(0.02)
+                await eventually(
+                    lambda: _count(client, namespace),
+                    accept=lambda n, threshold=threshold: n >= threshold,
+                    within=30,
+                    what=f"{threshold} sandboxes",
+                    interval=0.02,
+                )
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(10)
                 at_kill.append(await _count(client, namespace))
@@ -109,13 +113,15 @@ async def test_kill_9_mid_adoption_twice_then_every_claim_served_once(
             )
             kills = []
             for threshold in (5, 25):
-                deadline = time.monotonic() + 30
-                while True:
-                    bound, between = await _bound(client, namespace)
-                    if (between and bound >= threshold // 2) or bound >= threshold:
-                        break
-                    assert time.monotonic() < deadline, f"only {bound} claims bound"
-                    await asyncio.sleep(0.005)
+                bound, between = await eventually(
+                    lambda: _bound(client, namespace),
+                    accept=lambda got, threshold=threshold: (
+                        (got[1] and got[0] >= threshold // 2) or got[0] >= threshold
+                    ),
+                    within=30,
+                    what=f"{threshold} claims bound (or half as many, one between its writes)",
+                    interval=0.005,
+                )
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(10)
                 kills.append((bound, between))

@@ -7,6 +7,7 @@ Set AGENTSANDBOX_CLUSTER_DIR=.cluster to reuse a cluster started by ``make clust
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -18,10 +19,14 @@ from typing import Any
 
 import pytest
 
+from agentsandbox.controllers.sandbox import controller as sandbox_controller
 from agentsandbox.devcluster.binaries import BinariesError, repo_root
 from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.devcluster.process import ClusterStartError
 from agentsandbox.kube.client import Client
+from agentsandbox.kube.manager import Manager
+
+from .runtime_helpers import running
 
 TESTDATA = Path(__file__).parent / "testdata"
 
@@ -95,3 +100,26 @@ async def client(kubeconfig: str) -> AsyncIterator[Client]:
     """A client of the session's control plane, unthrottled (qps 0), default pool size (100)."""
     async with Client.from_kubeconfig(kubeconfig, qps=0) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+async def module_client(cluster: DevCluster) -> AsyncIterator[Client]:
+    """One unthrottled client (qps 0) for the whole module: for module-scoped fixtures (the
+    controllers a module shares, its namespaces)."""
+    async with Client.from_kubeconfig(str(cluster.kubeconfig), qps=0) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+async def sandbox_manager(
+    module_client: Client, sandbox_controller_options: dict[str, Any]
+) -> AsyncIterator[Manager]:
+    """A manager running only the Sandbox controller, for the whole module (no servers, no
+    leader election), started and its informers synced. The module using it says how the
+    controller is set up in a ``sandbox_controller_options`` fixture (``setup``'s keywords)."""
+    mgr = Manager(module_client)
+    sandbox_controller.setup(mgr, **sandbox_controller_options)
+    async with running(mgr):
+        await asyncio.wait_for(mgr.wait_started(), 10)
+        await asyncio.wait_for(mgr.informers.wait_synced(), 10)
+        yield mgr

@@ -18,7 +18,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -28,6 +27,7 @@ from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_WARM_POOLS, SANDB
 from agentsandbox.devcluster.cluster import DevCluster, free_port
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.informer import Informer
+from tests.polling import eventually
 
 from .test_controller_process import EXE
 from .test_warmpool import wait_ready_pool
@@ -102,33 +102,38 @@ def ready_reason(obj: dict[str, Any]) -> tuple[str | None, str | None]:
     return None, None
 
 
+async def ready_claims(client: Client, ns: str, names: set[str]) -> list[dict[str, Any]]:
+    """The claims ``names``, every one Ready and bound; else AssertionError saying how many
+    are not (and the first few that are not Ready)."""
+    claims = [
+        c for c in (await client.list(SANDBOX_CLAIMS, ns)).items if c["metadata"]["name"] in names
+    ]
+    if len(claims) == len(names) and all(
+        ready_reason(c)[0] == "True" and (c.get("status") or {}).get("sandbox", {}).get("name")
+        for c in claims
+    ):
+        return claims
+    not_ready = [
+        (c["metadata"]["name"], ready_reason(c)) for c in claims if ready_reason(c)[0] != "True"
+    ]
+    missing = len(names) - len(claims)
+    raise AssertionError(f"{len(not_ready) + missing} claims not Ready: {not_ready[:5]}")
+
+
 async def wait_claims_ready(
     client: Client,
     ns: str,
     names: set[str],
     within: float,
 ) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + within
-    claims: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
-        claims = [
-            c
-            for c in (await client.list(SANDBOX_CLAIMS, ns)).items
-            if c["metadata"]["name"] in names
-        ]
-        if len(claims) == len(names) and all(
-            ready_reason(c)[0] == "True" and (c.get("status") or {}).get("sandbox", {}).get("name")
-            for c in claims
-        ):
-            return claims
-        await asyncio.sleep(0.2)
-    not_ready = [
-        (c["metadata"]["name"], ready_reason(c)) for c in claims if ready_reason(c)[0] != "True"
-    ]
-    missing = len(names) - len(claims)
-    raise AssertionError(
-        f"{len(not_ready) + missing} claims not Ready within {within}s: {not_ready[:5]}"
+    claims: list[dict[str, Any]] = await eventually(
+        lambda: ready_claims(client, ns, names),
+        within=within,
+        what=f"{len(names)} claims Ready",
+        interval=0.2,
+        ignoring=AssertionError,
     )
+    return claims
 
 
 def _controller(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -251,15 +256,19 @@ class SandboxHistory:
     async def caught_up(self, within: float = 30.0) -> None:
         """Until the informer has seen every sandbox the API lists now (after a fault it may be
         behind the API for a few seconds)."""
-        deadline = time.monotonic() + within
-        while True:
+
+        async def missed() -> set[str]:
             live = {
                 s["metadata"]["uid"] for s in (await self.client.list(SANDBOXES, self.ns)).items
             }
-            if live <= set(self.uids):
-                return
-            assert time.monotonic() < deadline, f"history misses {len(live - set(self.uids))}"
-            await asyncio.sleep(0.1)
+            return live - set(self.uids)
+
+        await eventually(
+            missed,
+            accept=lambda missing: not missing,
+            within=within,
+            what="the history to have every sandbox the API lists",
+        )
 
 
 async def check_converged(

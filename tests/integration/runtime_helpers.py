@@ -10,9 +10,8 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -24,20 +23,6 @@ from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import Resource
 
 WIDGETS = Resource("test.agentsandbox.dev", "v1", "widgets", "Widget")
-
-
-async def eventually(
-    check: Callable[[], Any], within: float = 20.0, what: str = "condition", interval: float = 0.05
-) -> Any:
-    """Poll a synchronous ``check`` until it returns something truthy."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"timed out after {within}s waiting for {what}; last: {last!r}")
 
 
 def sample(name: str, labels: dict[str, str]) -> float:

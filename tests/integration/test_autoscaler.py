@@ -36,8 +36,9 @@ from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import ApiError
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import Resource
+from tests.polling import eventually, stays
 
-from .runtime_helpers import eventually, running
+from .runtime_helpers import running
 from .test_warmpool import pool_obj, template_obj
 
 EVENTS = Resource("events.k8s.io", "v1", "events", "Event")
@@ -92,17 +93,6 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
 async def replicas(client: Client, ns: str, pool: str) -> int:
     scale = await client.get(SANDBOX_WARM_POOLS, pool, ns, subresource="scale")
     return int(scale["spec"]["replicas"])
-
-
-async def poll(check: Any, within: float, what: str, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"timed out after {within}s waiting for {what}; last: {last!r}")
 
 
 async def event_reasons(client: Client, ns: str) -> list[str]:
@@ -182,10 +172,10 @@ async def test_a_pool_grows_under_steady_claims_and_shrinks_after_the_window(
     )
     async with controllers(client):
         # the pool's first sandbox gives the first refill time; the autoscaler reports
-        auto = await poll(
+        auto = await eventually(
             lambda: _get_if(client, ns, lambda a: condition(a, "Ready").get("status") == "True"),
-            20,
-            "the autoscaler Ready",
+            within=20,
+            what="the autoscaler Ready",
         )
         assert auto["status"]["currentReplicas"] == 1
         assert condition(auto, "AbleToScale")["status"] == "True"
@@ -198,7 +188,9 @@ async def test_a_pool_grows_under_steady_claims_and_shrinks_after_the_window(
         assert peak > 1, "the pool did not grow while the claims came"
         # it grew in time: (nearly) every claim adopted a warm sandbox (40 of 40 on an idle
         # machine), which a pool left at 1, one sandbox refilled at a time, could not promise
-        served = await poll(lambda: _launch_types(client, ns, 40), 20, "every claim served")
+        served = await eventually(
+            lambda: _launch_types(client, ns, 40), within=20, what="every claim served"
+        )
         assert served.get("warm", 0) >= 30, served
         auto = await client.get(SANDBOX_WARM_POOL_AUTOSCALERS, "auto", ns)
         status = auto["status"]
@@ -210,7 +202,7 @@ async def test_a_pool_grows_under_steady_claims_and_shrinks_after_the_window(
 
         # the claims stop: after the rate window (6 s) and the stabilisation window (3 s) the
         # pool goes back to its minimum, and the status says why
-        shrunk = await poll(
+        shrunk = await eventually(
             lambda: _get_if(
                 client,
                 ns,
@@ -219,14 +211,16 @@ async def test_a_pool_grows_under_steady_claims_and_shrinks_after_the_window(
                     and (a["status"].get("lastScale") or {}).get("reason") == "ScaledDown"
                 ),
             ),
-            25,
-            "the pool scaled back down to 1",
+            within=25,
+            what="the pool scaled back down to 1",
         )
         assert await replicas(client, ns, "pool") == 1
         assert shrunk["status"]["lastScale"]["toReplicas"] == 1
         assert condition(shrunk, "Ready")["status"] == "True"
-        reasons = await poll(
-            lambda: _reasons_if(client, ns, {"SuccessfulRescale"}), 5, "SuccessfulRescale Events"
+        reasons = await eventually(
+            lambda: _reasons_if(client, ns, {"SuccessfulRescale"}),
+            within=5,
+            what="SuccessfulRescale Events",
         )
         assert "ConflictingWriter" not in reasons
 
@@ -244,43 +238,57 @@ async def test_another_writer_is_reported_not_fought_and_deleting_leaves_the_las
     )
     async with controllers(client):
         # taken over: no claims, so the minimum
-        await poll(lambda: _replicas_are(client, ns, 2), 20, "the pool set to the minimum 2")
+        await eventually(
+            lambda: _replicas_are(client, ns, 2), within=20, what="the pool set to the minimum 2"
+        )
         # someone else (an HPA, GitOps, kubectl) sets the pool's replicas directly
         await client.patch(SANDBOX_WARM_POOLS, "pool", {"spec": {"replicas": 6}}, ns)
-        auto = await poll(
+        auto = await eventually(
             lambda: _get_if(
                 client,
                 ns,
                 lambda a: condition(a, "AbleToScale").get("reason") == "ConflictingWriter",
             ),
-            10,
-            "ConflictingWriter reported",
+            within=10,
+            what="ConflictingWriter reported",
         )
         able = condition(auto, "AbleToScale")
         assert able["status"] == "False" and "6" in able["message"], able
         assert condition(auto, "Ready")["reason"] == "ConflictingWriter"
-        await poll(lambda: _reasons_if(client, ns, {"ConflictingWriter"}), 5, "a Warning Event")
-        await asyncio.sleep(2.0)  # several passes: not fought
-        assert await replicas(client, ns, "pool") == 6
+        await eventually(
+            lambda: _reasons_if(client, ns, {"ConflictingWriter"}), within=5, what="a Warning Event"
+        )
+        await stays(  # several passes: not fought
+            lambda: replicas(client, ns, "pool"),
+            accept=lambda n: n == 6,
+            for_=2.0,
+            what="the pool left at the other writer's 6",
+        )
 
         # a spec change takes the pool over again
         await client.patch(SANDBOX_WARM_POOL_AUTOSCALERS, "auto", {"spec": {"minReplicas": 3}}, ns)
-        await poll(lambda: _replicas_are(client, ns, 3), 10, "the pool taken over at 3")
-        auto = await poll(
+        await eventually(
+            lambda: _replicas_are(client, ns, 3), within=10, what="the pool taken over at 3"
+        )
+        auto = await eventually(
             lambda: _get_if(
                 client, ns, lambda a: condition(a, "AbleToScale").get("status") == "True"
             ),
-            10,
-            "AbleToScale again",
+            within=10,
+            what="AbleToScale again",
         )
 
         # deleting the autoscaler leaves the pool at its last size (no owner, no finalizer)
         await client.delete(SANDBOX_WARM_POOL_AUTOSCALERS, "auto", ns)
-        await poll(lambda: _gone(client, ns), 10, "the autoscaler gone")
-        await asyncio.sleep(1.5)
-        pool = await client.get(SANDBOX_WARM_POOLS, "pool", ns)
-        assert pool["spec"]["replicas"] == 3
-        assert not pool["metadata"].get("ownerReferences")
+        await eventually(lambda: _gone(client, ns), within=10, what="the autoscaler gone")
+        await stays(
+            lambda: client.get(SANDBOX_WARM_POOLS, "pool", ns),
+            accept=lambda pool: (
+                pool["spec"]["replicas"] == 3 and not pool["metadata"].get("ownerReferences")
+            ),
+            for_=1.5,
+            what="the pool left at 3, with no owner",
+        )
 
 
 async def test_two_autoscalers_of_one_pool_stand_back_until_one_is_left(
@@ -299,23 +307,33 @@ async def test_two_autoscalers_of_one_pool_stand_back_until_one_is_left(
         )
     async with controllers(client):
         for name in ("auto", "rival"):
-            got = await poll(
+            got = await eventually(
                 lambda name=name: _get_if(
                     client,
                     ns,
                     lambda a: condition(a, "ScalingActive").get("reason") == "AmbiguousTarget",
                     name,
                 ),
-                10,
-                f"{name}: AmbiguousTarget",
+                within=10,
+                what=f"{name}: AmbiguousTarget",
             )
             assert condition(got, "AbleToScale")["status"] == "False"
             assert "auto, rival" in condition(got, "ScalingActive")["message"]
-        await poll(lambda: _reasons_if(client, ns, {"AmbiguousTarget"}), 5, "a Warning Event")
-        await asyncio.sleep(1.5)  # three sync periods: nobody wrote
-        assert await replicas(client, ns, "pool") == 1
+        await eventually(
+            lambda: _reasons_if(client, ns, {"AmbiguousTarget"}), within=5, what="a Warning Event"
+        )
+        await stays(  # three sync periods: nobody wrote
+            lambda: replicas(client, ns, "pool"),
+            accept=lambda n: n == 1,
+            for_=1.5,
+            what="the pool left at 1",
+        )
         await client.delete(SANDBOX_WARM_POOL_AUTOSCALERS, "rival", ns)
-        await poll(lambda: _replicas_are(client, ns, 2), 10, "the last one scaling to its min 2")
+        await eventually(
+            lambda: _replicas_are(client, ns, 2),
+            within=10,
+            what="the last one scaling to its min 2",
+        )
 
 
 async def _get_if(client: Client, ns: str, pred: Any, name: str = "auto") -> dict[str, Any] | None:
@@ -338,9 +356,6 @@ async def _gone(client: Client, ns: str) -> bool:
     except ApiError as err:
         return err.status == 404
     return False
-
-
-__all__ = ["eventually"]
 
 
 async def _launch_types(client: Client, ns: str, n: int) -> dict[str, int] | None:

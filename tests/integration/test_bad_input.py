@@ -24,7 +24,7 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from agentsandbox.kube.errors import ApiError, NotFound
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import EVENTS, NAMESPACES, NETWORKPOLICIES, PODS, Resource
+from tests.polling import eventually, stays
 
 from .invariants import controller_process
 from .runtime_helpers import running
@@ -346,12 +347,6 @@ REJECTED: dict[str, Rejected] = {
 
 
 # ------------------------------------------------------------------------------------ fixtures
-@pytest.fixture(scope="module")
-async def client(cluster: DevCluster) -> AsyncIterator[Client]:
-    async with Client.from_kubeconfig(str(cluster.kubeconfig), qps=0) as c:
-        yield c
-
-
 @contextlib.asynccontextmanager
 async def fresh_namespace(client: Client) -> AsyncIterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
@@ -364,14 +359,14 @@ async def fresh_namespace(client: Client) -> AsyncIterator[str]:
 
 
 @pytest.fixture(scope="module")
-async def home(client: Client) -> AsyncIterator[str]:
-    async with fresh_namespace(client) as ns:
+async def home(module_client: Client) -> AsyncIterator[str]:
+    async with fresh_namespace(module_client) as ns:
         yield ns
 
 
 @pytest.fixture(scope="module")
-async def elsewhere(client: Client) -> AsyncIterator[str]:
-    async with fresh_namespace(client) as ns:
+async def elsewhere(module_client: Client) -> AsyncIterator[str]:
+    async with fresh_namespace(module_client) as ns:
         yield ns
 
 
@@ -399,8 +394,8 @@ GRACE = 3.0  # the pool's readiness grace period here: a sandbox that cannot sta
 
 
 @pytest.fixture(scope="class")
-async def manager(client: Client) -> AsyncIterator[Manager]:
-    mgr = Manager(client)
+async def manager(module_client: Client) -> AsyncIterator[Manager]:
+    mgr = Manager(module_client)
     sandbox_controller.setup(mgr, 4, "cluster.local")
     warmpool.setup(mgr, Settings(readiness_grace_period=GRACE), workers=2)
     claim_controller.setup(mgr, workers=4)
@@ -419,17 +414,6 @@ def ready_of(obj: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-async def until(check: Callable[[], Awaitable[Any]], what: str, within: float = 20.0) -> Any:
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out after {within}s waiting for {what}; last: {last!r}")
-
-
 async def reported(
     client: Client, resource: Resource, name: str, ns: str, reason: str, within: float = 20.0
 ) -> dict[str, Any]:
@@ -440,7 +424,9 @@ async def reported(
         cond = ready_of(obj)
         return obj if cond.get("status") == "False" and cond.get("reason") == reason else None
 
-    return dict(await until(check, f"{resource.kind} {name}: Ready=False {reason}", within))
+    return dict(
+        await eventually(check, within=within, what=f"{resource.kind} {name}: Ready=False {reason}")
+    )
 
 
 async def event(
@@ -456,7 +442,9 @@ async def event(
         return None
 
     try:
-        return dict(await until(check, f"a Warning event {reason} about {name}", within))
+        return dict(
+            await eventually(check, within=within, what=f"a Warning event {reason} about {name}")
+        )
     except AssertionError as err:
         raise NoEvent(str(err)) from None
 
@@ -503,11 +491,18 @@ async def assert_left_alone(
     key = f"{ns}/{name}"
     before = (await client.get(resource, name, ns))["metadata"]["resourceVersion"]
     counted = PASSES.by_key[key]
-    await asyncio.sleep(seconds)
-    after = (await client.get(resource, name, ns))["metadata"]["resourceVersion"]
+
+    async def version() -> str:
+        return str((await client.get(resource, name, ns))["metadata"]["resourceVersion"])
+
+    await stays(
+        version,
+        accept=lambda after: after == before,
+        for_=seconds,
+        what=f"{resource.kind} {name} not written again while reported",
+    )
     ran = PASSES.by_key[key] - counted
     assert PASSES.by_key[key] >= 1, f"no pass over {key} was ever counted"
-    assert after == before, f"{resource.kind} {name} was written again while reported"
     # exponential backoff from 5 ms makes ~8 passes in an error's first second; a loop, 100s
     assert ran <= 10, f"{ran} passes over {key} in {seconds}s: a hot loop"
 
@@ -590,7 +585,7 @@ class TestAcceptedThenReported:
         try:
             await asyncio.wait_for(watch.wait_synced(), 10)
             await client.create(SANDBOX_WARM_POOLS, pool("p-badpod", "tpl-badpod", 2), home)
-            await until(lambda: _async(len(created) >= 2), "two pool sandboxes")
+            await eventually(lambda: len(created) >= 2, within=20.0, what="two pool sandboxes")
             sb = await reported(client, SANDBOXES, created[0], home, "ReconcilerError")
             assert POD_API_SAYS in ready_of(sb)["message"]
             ev = await event(client, created[0], home, "ReconcilerError")
@@ -687,7 +682,11 @@ class TestAcceptedThenReported:
             "tpl-badnp", networkPolicy={"egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/33"}}]}]}
         )
         await client.create(SANDBOX_TEMPLATES, body, home)
-        await asyncio.sleep(0.5)
+        await eventually(  # a template has no status to report on: its first pass
+            lambda: PASSES.by_key[f"{home}/tpl-badnp"],
+            within=20.0,
+            what="a first pass over tpl-badnp",
+        )
         await assert_left_alone(client, SANDBOX_TEMPLATES, "tpl-badnp", home)
         with pytest.raises(NotFound):
             await client.get(NETWORKPOLICIES, "tpl-badnp-network-policy", home)
@@ -712,22 +711,20 @@ class TestAcceptedThenReported:
         async def pool_ready() -> bool:
             return ready_of(await client.get(SANDBOX_WARM_POOLS, pl, home)).get("status") == "True"
 
-        await until(pool_ready, "the pool with a 253-character name Ready", 30)
+        await eventually(pool_ready, within=30, what="the pool with a 253-character name Ready")
         await client.create(SANDBOX_CLAIMS, claim(cl, warmPoolRef={"name": pl}), home)
 
         async def claim_ready() -> dict[str, Any] | None:
             c = await client.get(SANDBOX_CLAIMS, cl, home)
             return c if ready_of(c).get("status") == "True" else None
 
-        c = await until(claim_ready, "the claim with a 253-character name Ready", 30)
+        c = await eventually(
+            claim_ready, within=30, what="the claim with a 253-character name Ready"
+        )
         served = c["status"]["sandbox"]["name"]
         assert served.startswith("p" * 50) and len(served) <= 63
         policy = await client.get(NETWORKPOLICIES, f"{tpl}-network-policy", home)
         assert len(policy["metadata"]["name"]) == 253
-
-
-async def _async(value: Any) -> Any:
-    return value
 
 
 # ------------------------------------------------------------------------------------ 10^6
@@ -745,12 +742,16 @@ async def drain(client: Client, ns: str, within: float = 40.0) -> float:
     Returns how long it took."""
     t0 = time.monotonic()
     await client.delete_collection(SANDBOXES, ns, propagation_policy="Background")
-    while time.monotonic() - t0 < within:
-        left = len((await client.list(SANDBOXES, ns)).items)
-        left += len((await client.list(PODS, ns)).items)
-        if not left:
-            break
-        await asyncio.sleep(0.5)
+
+    async def left() -> int:
+        return len((await client.list(SANDBOXES, ns)).items) + len(
+            (await client.list(PODS, ns)).items
+        )
+
+    with contextlib.suppress(AssertionError):  # best effort: the namespace goes anyway
+        await eventually(
+            left, accept=lambda n: n == 0, within=within, what="an empty namespace", interval=0.5
+        )
     return time.monotonic() - t0
 
 
@@ -807,8 +808,11 @@ async def test_a_million_replicas_are_created_in_bounded_passes_and_stop_with_th
                 deleted_at = time.monotonic()
                 await client.delete(SANDBOX_WARM_POOLS, "huge", ns)
                 # creates 5 s after the delete or later would be seen by now
-                await asyncio.sleep(min(6.5, max(0.0, hard_stop - time.monotonic())))
-                assert proc.poll() is None, "the controller exited"
+                await stays(
+                    lambda: proc.poll() is None,
+                    for_=min(6.5, max(0.0, hard_stop - time.monotonic())),
+                    what="the controller running",
+                )
         finally:
             for inf in (sandboxes, pools):
                 await inf.stop()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import time
 import urllib.error
 import uuid
 from collections.abc import Callable
@@ -25,6 +24,7 @@ import pytest
 
 from agentsandbox.api import kinds
 from agentsandbox.devcluster.cluster import DevCluster
+from tests.polling import stays_sync
 
 CRD = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 CLAIM_CRD = CRD / "extensions.agents.x-k8s.io_sandboxclaims.yaml"
@@ -52,7 +52,14 @@ def claim_crd_installed(cluster: DevCluster) -> None:
         f"crd/sandboxclaims.{GROUP}",
     )  # fmt: skip
     if "serverside-applied" in out.stdout and "unchanged" not in out.stdout:
-        time.sleep(2)  # let the apiserver switch its validators to the new schema
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/sandboxclaims.{GROUP}"
+        applied = cluster.api("GET", path)["metadata"]["generation"]
+        stays_sync(  # let the apiserver switch its validators to the new schema
+            lambda: cluster.api("GET", path)["metadata"]["generation"],
+            accept=lambda generation: generation == applied,
+            for_=2,
+            what="the claim CRD as applied",
+        )
 
 
 def path(version: str, namespace: str, name: str = "") -> str:

@@ -5,9 +5,7 @@ Ready, an event) and a ResourceQuota refusing the third of three cold claims.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
-import time
 from typing import Any
 
 import pytest
@@ -22,6 +20,7 @@ from agentsandbox.devcluster.cluster import LIFECYCLE_LABEL
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.resources import PODS, Resource
+from tests.polling import eventually, stays
 
 from .test_claims import claim_obj, controllers, ready_reason, wait_claims_ready
 from .test_warmpool import (
@@ -41,14 +40,18 @@ def in_seconds(seconds: float) -> str:
 
 
 async def gone(client: Client, resource: Resource, name: str, ns: str, within: float) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+    async def missing() -> bool:
         try:
             await client.get(resource, name, ns)
         except NotFound:
             return True
-        await asyncio.sleep(0.2)
-    return False
+        return False
+
+    try:
+        await eventually(missing, within=within, what=f"{resource.kind} {name} gone")
+    except AssertionError:
+        return False
+    return True
 
 
 async def wait_reason(
@@ -58,13 +61,13 @@ async def wait_reason(
     reason: str,
     within: float = 30,
 ) -> dict[str, Any]:
-    deadline = time.monotonic() + within
-    while True:
-        claim = await client.get(SANDBOX_CLAIMS, name, ns)
-        if ready_reason(claim)[1] == reason:
-            return claim
-        assert time.monotonic() < deadline, f"{name}: {ready_reason(claim)}, wanted {reason}"
-        await asyncio.sleep(0.1)
+    claim: dict[str, Any] = await eventually(
+        lambda: client.get(SANDBOX_CLAIMS, name, ns),
+        accept=lambda claim: ready_reason(claim)[1] == reason,
+        within=within,
+        what=f"{name}: Ready reason {reason}",
+    )
+    return claim
 
 
 async def event_reasons(client: Client, ns: str) -> list[tuple[str, str, str]]:
@@ -97,14 +100,14 @@ async def test_expiry_under_each_shutdown_policy(
             await wait_reason(client, namespace, "c", "ClaimExpired")
             # ClaimExpired is written before the clean-up; the name is cleared by the pass that
             # sees the sandbox gone (its delete event), so wait for that pass, do not sample once
-            deadline = time.monotonic() + 10
-            while True:
-                claim = await client.get(SANDBOX_CLAIMS, "c", namespace)
-                bound = ((claim.get("status") or {}).get("sandbox") or {}).get("name", "")
-                if bound == "":
-                    break
-                assert time.monotonic() < deadline, f"status still names {bound!r}"
-                await asyncio.sleep(0.1)
+            claim = await eventually(
+                lambda: client.get(SANDBOX_CLAIMS, "c", namespace),
+                accept=lambda claim: (
+                    ((claim.get("status") or {}).get("sandbox") or {}).get("name", "") == ""
+                ),
+                within=10,
+                what="the status to name no sandbox",
+            )
             assert ready_reason(claim)[1] == "ClaimExpired"
         else:
             assert await gone(client, SANDBOX_CLAIMS, "c", namespace, 30)
@@ -120,12 +123,12 @@ async def test_expiry_under_each_shutdown_policy(
             )
         # events are sent by the recorder in the background: on a loaded machine the last one
         # may land a moment after the deletes the test waited for
-        deadline = time.monotonic() + 10
-        while True:
-            reasons = await event_reasons(client, namespace)
-            if all(w in reasons for w in wanted) or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.2)
+        reasons = await eventually(
+            lambda: event_reasons(client, namespace),
+            accept=lambda reasons: all(w in reasons for w in wanted),
+            within=10,
+            what=f"the events {wanted}",
+        )
     for w in wanted:
         assert w in reasons
 
@@ -142,18 +145,19 @@ async def test_ttl_after_the_sandbox_finished_deletes_the_claim(
         lifecycle = {"ttlSecondsAfterFinished": 1, "shutdownPolicy": "Delete"}
         body = claim_obj("c", template="job", warmpool="none", lifecycle=lifecycle)
         await client.create(SANDBOX_CLAIMS, body, namespace)
-        deadline = time.monotonic() + 40
         finished = False
-        while time.monotonic() < deadline:
+
+        async def deleted() -> bool:
+            nonlocal finished
             try:
                 claim = await client.get(SANDBOX_CLAIMS, "c", namespace)
             except NotFound:
-                break
+                return True
             conds = {x["type"]: x for x in (claim.get("status") or {}).get("conditions") or []}
             finished = finished or conds.get("Finished", {}).get("status") == "True"
-            await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("the claim was not deleted after its TTL")
+            return False
+
+        await eventually(deleted, within=40, what="the claim deleted after its TTL")
     assert finished, "the claim never showed the mirrored Finished condition"
 
 
@@ -171,8 +175,12 @@ async def test_invalid_metadata_is_reported_with_no_sandbox_and_no_hot_loop(
         )
         claim = await wait_reason(client, namespace, "c", "InvalidMetadata")
         rv = claim["metadata"]["resourceVersion"]
-        await asyncio.sleep(3.0)
-        again = await client.get(SANDBOX_CLAIMS, "c", namespace)
+        again = await stays(
+            lambda: client.get(SANDBOX_CLAIMS, "c", namespace),
+            accept=lambda again: again["metadata"]["resourceVersion"] == rv,
+            for_=3.0,
+            what="the claim not rewritten",
+        )
         sandboxes = [s["metadata"]["name"] for s in (await client.list(SANDBOXES, namespace)).items]
         members = [s["metadata"]["name"] for s in await pool_sandboxes(client, namespace, "pool")]
     assert again["metadata"]["resourceVersion"] == rv, "the claim keeps being rewritten"

@@ -4,7 +4,6 @@ upstream's pod-name guess that calls cold sandboxes warm)."""
 
 from __future__ import annotations
 
-import asyncio
 import urllib.request
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from agentsandbox.devcluster.cluster import DevCluster, free_port
 from agentsandbox.kube.client import Client
+from tests.polling import eventually
 
 from .test_claims import claim_obj, controller_process, wait_claims_ready
 from .test_warmpool import (
@@ -49,8 +49,19 @@ async def test_metrics_after_one_warm_and_one_cold_claim_carry_the_right_launch_
             SANDBOX_CLAIMS, claim_obj("cold", template="tpl", warmpool="none"), namespace
         )
         await wait_claims_ready(client, namespace, {"warm", "cold"}, 30)
-        await asyncio.sleep(0.5)
-        samples = scrape(port)
+
+        def replacement_counted() -> dict[str, list[tuple[dict[str, str], float]]] | None:
+            got = scrape(port)
+            gauge = {
+                (labels["launch_type"], labels["owned_by"]): value
+                for labels, value in got.get("agent_sandboxes", [])
+                if labels.get("namespace") == namespace
+            }
+            return got if gauge.get(("warm", "SandboxWarmPool")) == 1.0 else None
+
+        samples = await eventually(  # the pool's replacement is the last to be counted
+            replacement_counted, within=10, what="the pool's replacement in agent_sandboxes"
+        )
 
     def ours(name: str) -> list[tuple[dict[str, str], float]]:
         return [

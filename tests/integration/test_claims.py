@@ -39,12 +39,14 @@ from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import PODS, SERVICES
+from tests.polling import eventually, stays
 
 from .invariants import (
     SandboxHistory,
     check_invariants,
     check_owned,
     controller_process,
+    ready_claims,
     ready_reason,
     wait_claims_ready,
 )
@@ -125,8 +127,14 @@ async def test_warm_claim_is_served_from_the_pool_which_makes_one_replacement(
         (c,) = await wait_claims_ready(client, namespace, {"c"}, 20)
         took = time.monotonic() - t0
         after = await wait_ready_pool(client, namespace, "pool", 3)
-        await asyncio.sleep(1.0)
-        again = {s["metadata"]["name"] for s in await pool_sandboxes(client, namespace, "pool")}
+        seen = members | {s["metadata"]["name"] for s in after}
+        later = await stays(  # a second replacement would show up now
+            lambda: pool_sandboxes(client, namespace, "pool"),
+            accept=lambda now: len(seen | {s["metadata"]["name"] for s in now}) == 4,
+            for_=1.0,
+            what="one replacement only",
+        )
+        again = {s["metadata"]["name"] for s in later}
     name = c["status"]["sandbox"]["name"]
     assert name in members, "the claim got a sandbox that was a pool member"
     assert c["status"]["sandbox"]["podIPs"]
@@ -175,7 +183,11 @@ async def test_burst_of_template_pool_and_20_claims_shows_no_terminal_reason(
             claims = await wait_claims_ready(client, namespace, names, 60)
             await check_invariants(client, namespace, claims)
             await client.delete(SANDBOX_WARM_POOLS, "pool", namespace)
-            await asyncio.sleep(3.0)
+            await stays(
+                lambda: ready_claims(client, namespace, names),
+                for_=3.0,
+                what="every claim still Ready after the pool's delete",
+            )
             claims = await wait_claims_ready(client, namespace, names, 5)
             await check_invariants(client, namespace, claims)
     finally:
@@ -282,16 +294,21 @@ async def test_100_claims_survive_a_kill_9_mid_burst_and_a_restart(
         first = stack.enter_context(controller_process(cluster, log))
 
         async def kill_and_restart() -> None:
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                bound = [
-                    c
+            async def bound() -> int:
+                return sum(
+                    1
                     for c in (await client.list(SANDBOX_CLAIMS, namespace)).items
                     if (c.get("status") or {}).get("sandbox", {}).get("name")
-                ]
-                if len(bound) >= 10:
-                    break
-                await asyncio.sleep(0.05)
+                )
+
+            with contextlib.suppress(AssertionError):  # 20 s at most, then kill anyway
+                await eventually(
+                    bound,
+                    accept=lambda n: n >= 10,
+                    within=20,
+                    what="10 claims bound",
+                    interval=0.05,
+                )
             os.kill(first.pid, signal.SIGKILL)
             first.wait(10)
             stack.enter_context(controller_process(cluster, log))
@@ -316,15 +333,20 @@ async def test_deleting_a_claim_removes_its_sandbox_pod_and_service(
         for resource in (SANDBOXES, PODS, SERVICES):
             await client.get(resource, name, namespace)  # all there
         await client.delete(SANDBOX_CLAIMS, "c", namespace, propagation_policy="Background")
-        deadline = time.monotonic() + 60
-        for resource in (SANDBOXES, PODS, SERVICES):
-            while True:
+
+        async def still_there() -> list[str]:
+            left = []
+            for resource in (SANDBOXES, PODS, SERVICES):
                 try:
                     await client.get(resource, name, namespace)
                 except NotFound:
-                    break
-                assert time.monotonic() < deadline, f"{resource.plural}/{name} still there"
-                await asyncio.sleep(0.2)
+                    continue
+                left.append(f"{resource.plural}/{name}")
+            return left
+
+        await eventually(
+            still_there, accept=lambda left: not left, within=60, what="all of them gone"
+        )
 
 
 async def test_missing_pool_is_reported_and_the_claim_is_served_once_the_pool_exists(
@@ -334,12 +356,12 @@ async def test_missing_pool_is_reported_and_the_claim_is_served_once_the_pool_ex
     await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), namespace)
     async with controllers(client):
         await client.create(SANDBOX_CLAIMS, claim_obj("c", pool="later"), namespace)
-        deadline = time.monotonic() + 20
-        while (
-            ready_reason(await client.get(SANDBOX_CLAIMS, "c", namespace))[1] != "WarmPoolNotFound"
-        ):
-            assert time.monotonic() < deadline, "WarmPoolNotFound never reported"
-            await asyncio.sleep(0.1)
+        await eventually(
+            lambda: client.get(SANDBOX_CLAIMS, "c", namespace),
+            accept=lambda claim: ready_reason(claim)[1] == "WarmPoolNotFound",
+            within=20,
+            what="WarmPoolNotFound reported",
+        )
         await client.create(SANDBOX_WARM_POOLS, pool_obj("later", "tpl", 1), namespace)
         (c,) = await wait_claims_ready(client, namespace, {"c"}, 30)
     assert ready(await client.get(SANDBOXES, c["status"]["sandbox"]["name"], namespace))

@@ -8,7 +8,7 @@ import socket
 import ssl
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -45,25 +45,13 @@ from agentsandbox.kube.resources import (
     Resource,
 )
 from agentsandbox.kube.watch import WatchEvent
+from tests.polling import eventually
 
 from .auth_helpers import ca_file, service_account_token, whoami
 
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-async def eventually(
-    fn: Callable[[], Awaitable[Any]], within: float = 30.0, what: str = "condition"
-) -> Any:
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await fn()
-        if last:
-            return last
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out after {within}s waiting for {what}; last: {last!r}")
 
 
 def configmap(name: str | None = None, data: dict[str, str] | None = None, **meta: Any) -> Any:
@@ -420,7 +408,7 @@ async def widgets(client: Client) -> AsyncIterator[Resource]:
         conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
         return conds.get("Established") == "True"
 
-    await eventually(established, what=f"CRD {name} Established")
+    await eventually(established, within=30.0, what=f"CRD {name} Established")
     resource = Resource(group, "v1", "widgets", "Widget")
 
     async def served() -> bool:
@@ -430,7 +418,7 @@ async def widgets(client: Client) -> AsyncIterator[Resource]:
             return False
         return True
 
-    await eventually(served, what="the widgets endpoint")
+    await eventually(served, within=30.0, what="the widgets endpoint")
     yield resource
     await client.delete(CUSTOMRESOURCEDEFINITIONS, name)
 
@@ -569,9 +557,7 @@ async def test_long_watches_do_not_starve_requests(kubeconfig: str, ns: str) -> 
     async with Client.from_kubeconfig(kubeconfig, qps=0, pool_size=1) as small:
         streams = [small.watch(CONFIGMAPS, ns, timeout_seconds=60) for _ in range(4)]
         opened = [asyncio.create_task(anext(s, None)) for s in streams]
-        await eventually(
-            lambda: asyncio.sleep(0, all(s.connected for s in streams)), 10, "watches open"
-        )
+        await eventually(lambda: all(s.connected for s in streams), within=10, what="watches open")
         await client_roundtrip(small, ns)
         results = await asyncio.wait_for(
             asyncio.gather(*(small.get(NAMESPACES, ns) for _ in range(5))), 10

@@ -17,8 +17,9 @@ from agentsandbox.kube.predicate import GenerationChangedPredicate
 from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.resources import CONFIGMAPS
 from agentsandbox.kube.workqueue import ItemExponentialFailureRateLimiter
+from tests.polling import eventually, settles, stays
 
-from .runtime_helpers import WIDGETS, eventually, running, sample
+from .runtime_helpers import WIDGETS, running, sample
 
 
 def widget(name: str, replicas: int = 1) -> dict[str, Any]:
@@ -79,19 +80,25 @@ async def test_owns_requeues_the_old_and_the_new_owner_on_adoption(
         .complete(rec)
     )
     async with running(mgr):
-        await eventually(lambda: rec.names() == {"first", "second"}, what="initial reconciles")
-        await asyncio.sleep(0.2)
+        await eventually(
+            lambda: rec.names() == {"first", "second"}, within=20.0, what="initial reconciles"
+        )
+        await settles(lambda: len(rec.seen), for_=0.2, within=20.0, what="the reconciles done")
         rec.seen.clear()
         # The child moves from "first" to "second": both owners must look again.
         patch = {"metadata": {"ownerReferences": [controller_ref(second)]}}
         await client.patch(CONFIGMAPS, "child", patch, namespace)
-        await eventually(lambda: rec.names() == {"first", "second"}, what="both owners")
+        await eventually(
+            lambda: rec.names() == {"first", "second"}, within=20.0, what="both owners"
+        )
         assert all(r.namespace == namespace for r in rec.seen)
         # Deleting the child requeues its (new) owner only.
-        await asyncio.sleep(0.2)
+        await settles(lambda: len(rec.seen), for_=0.2, within=20.0, what="the reconciles done")
         rec.seen.clear()
         await client.delete(CONFIGMAPS, "child", namespace)
-        await eventually(lambda: rec.names() == {"second"}, what="owner of the deleted child")
+        await eventually(
+            lambda: rec.names() == {"second"}, within=20.0, what="owner of the deleted child"
+        )
 
 
 async def test_generation_predicate_ignores_status_writes(client: Client, namespace: str) -> None:
@@ -105,15 +112,20 @@ async def test_generation_predicate_ignores_status_writes(client: Client, namesp
         .complete(rec)
     )
     async with running(mgr):
-        await eventually(lambda: len(rec.seen) == 1, what="initial reconcile")
+        await eventually(lambda: len(rec.seen) == 1, within=20.0, what="initial reconcile")
         await client.patch(
             WIDGETS, "w", {"status": {"replicas": 1}}, namespace, subresource="status"
         )
         await client.patch(WIDGETS, "w", {"metadata": {"labels": {"x": "y"}}}, namespace)
-        await asyncio.sleep(0.5)
-        assert len(rec.seen) == 1, "status and metadata writes do not change the generation"
+        await stays(
+            lambda: len(rec.seen) == 1,
+            for_=0.5,
+            what="status and metadata writes do not change the generation",
+        )
         await client.patch(WIDGETS, "w", {"spec": {"replicas": 2}}, namespace)
-        await eventually(lambda: len(rec.seen) == 2, what="reconcile after a spec change")
+        await eventually(
+            lambda: len(rec.seen) == 2, within=20.0, what="reconcile after a spec change"
+        )
 
 
 async def test_an_unexpected_exception_is_retried_with_backoff_and_logged_once(
@@ -141,12 +153,13 @@ async def test_an_unexpected_exception_is_retried_with_backoff_and_logged_once(
     labels = {"controller": "flaky-test"}
     with caplog.at_level(logging.INFO, logger="agentsandbox.kube.controller"):
         async with running(mgr):
-            await eventually(lambda: len(attempts) == 4, what="four attempts")
+            await eventually(lambda: len(attempts) == 4, within=20.0, what="four attempts")
             await eventually(
                 lambda: (
                     sample("controller_runtime_reconcile_total", {**labels, "result": "success"})
                     >= 1
                 ),
+                within=20.0,
                 what="the success",
             )
     gaps = [b - a for a, b in itertools.pairwise(attempts)]
@@ -176,7 +189,7 @@ async def test_an_expected_api_error_is_one_log_line(
     )
     with caplog.at_level(logging.INFO, logger="agentsandbox.kube.controller"):
         async with running(mgr):
-            await eventually(lambda: calls >= 2, what="the retry")
+            await eventually(lambda: calls >= 2, within=20.0, what="the retry")
     failures = [r for r in caplog.records if "failed" in r.getMessage()]
     assert len(failures) == 1
     assert failures[0].exc_info is None
@@ -201,7 +214,7 @@ async def test_requeue_after_reconciles_again_without_an_event(
         reconcile
     )
     async with running(mgr):
-        await eventually(lambda: len(times) == 3, what="two requeues")
+        await eventually(lambda: len(times) == 3, within=20.0, what="two requeues")
     assert times[1] - times[0] >= 0.28 and times[2] - times[1] >= 0.28
 
 
@@ -221,7 +234,8 @@ async def test_watches_maps_events_of_another_kind(client: Client, namespace: st
         .complete(rec)
     )
     async with running(mgr):
-        await asyncio.sleep(0.2)
+        await asyncio.wait_for(mgr.wait_started(), 10)
+        await asyncio.wait_for(mgr.informers.wait_synced(), 10)
         cm = {"metadata": {"name": "pointer", "annotations": {"widget": "target"}}}
         await client.create(CONFIGMAPS, cm, namespace)
-        await eventually(lambda: rec.names() == {"target"}, what="mapped request")
+        await eventually(lambda: rec.names() == {"target"}, within=20.0, what="mapped request")

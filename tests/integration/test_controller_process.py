@@ -10,8 +10,10 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from agentsandbox.devcluster.cluster import DevCluster, free_port
+from tests.polling import eventually_sync
 
 EXE = Path(sys.executable).with_name("agent-sandbox-controller")
 
@@ -55,15 +57,18 @@ def test_console_script_runs_the_manager_serves_sandboxes_and_stops_on_sigterm(
             sandbox_body("web"),
         )
         path = f"/apis/agents.x-k8s.io/v1beta1/namespaces/{namespace}/sandboxes/web"
-        deadline = time.monotonic() + 60
-        while True:
-            sb = cluster.api("GET", path)
-            conds = {c["type"]: c for c in (sb.get("status") or {}).get("conditions", [])}
-            if conds.get("Ready", {}).get("status") == "True":
-                break
+
+        def sandbox() -> dict[str, Any]:
             assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, f"sandbox not Ready: {sb.get('status')}"
-            time.sleep(0.2)
+            return dict(cluster.api("GET", path))
+
+        def is_ready(sb: dict[str, Any]) -> bool:
+            conds = {c["type"]: c for c in (sb.get("status") or {}).get("conditions", [])}
+            return bool(conds.get("Ready", {}).get("status") == "True")
+
+        sb = eventually_sync(
+            sandbox, accept=is_ready, within=60, what="the sandbox Ready", interval=0.2
+        )
         assert sb["status"]["podIPs"]
         with urllib.request.urlopen(f"http://127.0.0.1:{probe_port}/readyz", timeout=5) as r:
             assert r.status == 200

@@ -7,9 +7,7 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.error
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +15,9 @@ import pytest
 
 from agentsandbox.devcluster.cluster import LIFECYCLE_LABEL, DevCluster, free_port
 from agentsandbox.devcluster.process import ClusterStartError
+from tests.polling import eventually_sync, stays_sync
 
 TESTDATA = Path(__file__).parent / "testdata"
-
-
-def wait_for(fn: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
 
 
 def pod_body(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -66,7 +54,7 @@ def test_pod_is_scheduled_to_a_kwok_node_and_becomes_ready_with_an_ip(
         p: dict[str, Any] = cluster.api("GET", path)
         return p if condition(p, "Ready") == "True" else None
 
-    pod = wait_for(ready_pod, what="pod Ready")
+    pod = eventually_sync(ready_pod, within=30.0, what="pod Ready")
     assert pod["spec"]["nodeName"].startswith("kwok-node-")
     assert pod["status"]["phase"] == "Running"
     node = cluster.api("GET", f"/api/v1/nodes/{pod['spec']['nodeName']}")
@@ -78,7 +66,11 @@ def test_pod_is_scheduled_to_a_kwok_node_and_becomes_ready_with_an_ip(
 def test_deleted_pod_is_finished_by_kwok(cluster: DevCluster, namespace: str) -> None:
     base = f"/api/v1/namespaces/{namespace}/pods"
     cluster.api("POST", base, pod_body("gone"))
-    wait_for(lambda: condition(cluster.api("GET", f"{base}/gone"), "Ready") == "True")
+    eventually_sync(
+        lambda: condition(cluster.api("GET", f"{base}/gone"), "Ready") == "True",
+        within=30.0,
+        what="pod gone Ready",
+    )
     cluster.api("DELETE", f"{base}/gone")
 
     def vanished() -> bool:
@@ -88,7 +80,7 @@ def test_deleted_pod_is_finished_by_kwok(cluster: DevCluster, namespace: str) ->
             return err.code == 404
         return False
 
-    wait_for(vanished, what="pod deletion to finish")
+    eventually_sync(vanished, within=30.0, what="pod deletion to finish")
 
 
 @pytest.mark.parametrize(
@@ -109,12 +101,16 @@ def test_pod_lifecycle_label_selects_a_kwok_stage(
         p: dict[str, Any] = cluster.api("GET", f"{base}/p")
         return p if p.get("status", {}).get("phase") == phase else None
 
-    pod = wait_for(in_phase, what=f"phase {phase}")
+    pod = eventually_sync(in_phase, within=30.0, what=f"phase {phase}")
     assert condition(pod, "Ready") == ready
     if lifecycle == "never-ready":
         assert pod["status"]["podIP"]
-        time.sleep(1.5)  # still not Ready a while later
-        assert condition(cluster.api("GET", f"{base}/p"), "Ready") == "False"
+        stays_sync(  # still not Ready a while later
+            lambda: condition(cluster.api("GET", f"{base}/p"), "Ready"),
+            accept=lambda ready: ready == "False",
+            for_=1.5,
+            what="the never-ready pod not Ready",
+        )
 
 
 def test_garbage_collector_deletes_dependents_of_a_custom_resource_owner(
@@ -150,7 +146,7 @@ def test_garbage_collector_deletes_dependents_of_a_custom_resource_owner(
             return err.code == 404
         return False
 
-    wait_for(dependent_gone, timeout=60, what="garbage collector to delete the dependent")
+    eventually_sync(dependent_gone, within=60, what="garbage collector to delete the dependent")
 
 
 def test_crd_applied_from_yaml_is_served_and_validation_rejects_bad_objects(

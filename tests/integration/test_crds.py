@@ -15,7 +15,6 @@ import copy
 import functools
 import json
 import re
-import time
 import urllib.error
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,6 +26,7 @@ import yaml
 
 from agentsandbox.api import kinds
 from agentsandbox.devcluster.cluster import DevCluster
+from tests.polling import stays_sync
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "deploy" / "crds"
@@ -64,7 +64,22 @@ def crds_installed(cluster: DevCluster) -> None:
         *[f"crd/{name}" for name in our_crds()],
     )  # fmt: skip
     if "serverside-applied" in out.stdout and "unchanged" not in out.stdout:
-        time.sleep(2)  # let the apiserver switch its validators to the new schema
+
+        def generations() -> dict[str, int]:
+            return {
+                name: cluster.api(
+                    "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+                )["metadata"]["generation"]
+                for name in our_crds()
+            }
+
+        applied = generations()
+        stays_sync(  # let the apiserver switch its validators to the new schema
+            generations,
+            accept=lambda now: now == applied,
+            for_=2,
+            what="our CRDs as applied",
+        )
 
 
 def call(cluster: DevCluster, method: str, path: str, body: Any = None) -> Any:

@@ -15,7 +15,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,6 +25,7 @@ import yaml
 
 from agentsandbox.devcluster.binaries import repo_root
 from agentsandbox.devcluster.cluster import DevCluster, free_port
+from tests.polling import eventually_sync
 
 EXE = Path(sys.executable).with_name("agent-sandbox-controller")
 ROOT = repo_root() or Path(__file__).resolve().parents[2]
@@ -43,16 +43,6 @@ AUTOSCALERS = (
 REFUSED = re.compile(r"forbidden|(?<![\d.:])403(?!\d)", re.IGNORECASE)
 
 T = TypeVar("T")
-
-
-def until(check: Callable[[], T | None], what: str, timeout: float = 30.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def get_or_none(cluster: DevCluster, path: str) -> Any:
@@ -340,7 +330,7 @@ def waiter(alive: Callable[[], bool], log: Path) -> Callable[..., Any]:
             return check()
 
         try:
-            return until(probe, what, timeout)
+            return eventually_sync(probe, within=timeout, what=what)
         except AssertionError as err:
             tail = "\n".join(log.read_text().splitlines()[-30:])
             raise AssertionError(f"{err}\ncontroller log (last lines):\n{tail}") from None
@@ -914,4 +904,4 @@ def test_namespace_users_of_the_builtin_roles_may_claim_and_read_sandboxes(
         got = out.stdout.strip()
         return got if got == ("yes" if allowed else "no") else None
 
-    until(answer, f"{user} {verb} {resource} -> {allowed}", timeout=15)
+    eventually_sync(answer, within=15, what=f"{user} {verb} {resource} -> {allowed}")

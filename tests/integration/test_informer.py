@@ -21,6 +21,7 @@ from agentsandbox.kube.client import Client
 from agentsandbox.kube.informer import Informer, InformerFactory
 from agentsandbox.kube.resources import CONFIGMAPS, EVENTS
 from agentsandbox.kube.store import index_by_label
+from tests.polling import eventually
 
 from .runtime_helpers import (
     Recorder,
@@ -28,7 +29,6 @@ from .runtime_helpers import (
     client_via,
     compact_etcd,
     etcd_revision,
-    eventually,
     informer_metrics,
 )
 
@@ -108,7 +108,7 @@ async def test_informer_sees_create_update_delete_in_order(client: Client, names
         await client.create(CONFIGMAPS, configmap("a"), namespace)
         await client.patch(CONFIGMAPS, "a", {"data": {"v": "2"}}, namespace)
         await client.delete(CONFIGMAPS, "a", namespace)
-        await eventually(lambda: len(seen.of("a")) >= 3, what="three notifications")
+        await eventually(lambda: len(seen.of("a")) >= 3, within=20.0, what="three notifications")
     assert seen.of("a") == ["add", "update", "delete"]
     update = seen.objects[1][1]
     assert update["data"] == {"v": "2"}
@@ -130,7 +130,9 @@ async def test_cache_drops_managed_fields_and_indexes_by_label(
         await client.patch(
             CONFIGMAPS, "red-1", {"metadata": {"labels": {"app": "blue"}}}, namespace
         )
-        await eventually(lambda: len(informer.by_index("app", "blue")) == 2, what="re-index")
+        await eventually(
+            lambda: len(informer.by_index("app", "blue")) == 2, within=20.0, what="re-index"
+        )
         assert informer.by_index("app", "red") == []
 
 
@@ -142,10 +144,12 @@ async def test_label_selector_scopes_the_cache(client: Client, namespace: str) -
         await asyncio.wait_for(informer.wait_synced(), 10)
         await client.create(CONFIGMAPS, configmap("theirs", app="theirs"), namespace)
         await client.create(CONFIGMAPS, configmap("mine", app="mine"), namespace)
-        await eventually(lambda: seen.of("mine") == ["add"], what="add of mine")
+        await eventually(lambda: seen.of("mine") == ["add"], within=20.0, what="add of mine")
         # Relabelling an object out of the selector looks like a deletion to the informer.
         await client.patch(CONFIGMAPS, "mine", {"metadata": {"labels": {"app": "x"}}}, namespace)
-        await eventually(lambda: seen.of("mine") == ["add", "delete"], what="delete of mine")
+        await eventually(
+            lambda: seen.of("mine") == ["add", "delete"], within=20.0, what="delete of mine"
+        )
     assert seen.of("theirs") == []
 
 
@@ -173,7 +177,7 @@ async def test_resync_redelivers_cached_objects_as_updates(client: Client, names
     resynced: list[bool] = []
     informer.add_handler(on_update=lambda old, new: resynced.append(old is new))
     async with informer:
-        await eventually(lambda: len(resynced) >= 2, what="two resyncs")
+        await eventually(lambda: len(resynced) >= 2, within=20.0, what="two resyncs")
     assert all(resynced)
 
 
@@ -193,7 +197,7 @@ async def test_relist_after_410_reports_objects_deleted_meanwhile(
     informer.add_handler(seen.on_add, seen.on_update, seen.on_delete)
     async with informer:
         await asyncio.wait_for(informer.wait_synced(), 10)
-        await eventually(lambda: informer.watching, what="watch open")
+        await eventually(lambda: informer.watching, within=20.0, what="watch open")
         before = informer_metrics(EVENTS)
         watched_from = int(informer.resource_version or 0)
 
@@ -204,12 +208,15 @@ async def test_relist_after_410_reports_objects_deleted_meanwhile(
         assert compacted > watched_from + 1
         await eventually(
             lambda: informer_metrics(EVENTS)["ends_error"] > before["ends_error"],
+            within=20.0,
             what="the watch to break",
         )
         proxy.resume()
 
-        await eventually(lambda: "delete" in seen.of("goes"), what="deletion via relist")
-        await eventually(lambda: "add" in seen.of("new"), what="addition via relist")
+        await eventually(
+            lambda: "delete" in seen.of("goes"), within=20.0, what="deletion via relist"
+        )
+        await eventually(lambda: "add" in seen.of("new"), within=20.0, what="addition via relist")
     after = informer_metrics(EVENTS)
     assert after["ends_gone"] > before["ends_gone"], "the watch never got 410 Gone"
     assert after["lists"] > before["lists"], "no relist happened"
@@ -227,18 +234,21 @@ async def test_a_killed_connection_resumes_from_the_last_resource_version(
     informer.add_handler(seen.on_add, seen.on_update, seen.on_delete)
     async with informer:
         await asyncio.wait_for(informer.wait_synced(), 10)
-        await eventually(lambda: informer.watching, what="watch open")
+        await eventually(lambda: informer.watching, within=20.0, what="watch open")
         before = informer_metrics(CONFIGMAPS)
         proxy.pause()
         await client.delete(CONFIGMAPS, "victim", namespace)
         await client.create(CONFIGMAPS, configmap("born"), namespace)
         await eventually(
             lambda: informer_metrics(CONFIGMAPS)["ends_error"] > before["ends_error"],
+            within=20.0,
             what="the watch to break",
         )
         proxy.resume()
-        await eventually(lambda: seen.of("victim") == ["add", "delete"], what="the deletion")
-        await eventually(lambda: seen.of("born") == ["add"], what="the addition")
+        await eventually(
+            lambda: seen.of("victim") == ["add", "delete"], within=20.0, what="the deletion"
+        )
+        await eventually(lambda: seen.of("born") == ["add"], within=20.0, what="the addition")
     after = informer_metrics(CONFIGMAPS)
     assert after["lists"] == before["lists"], "resumed by re-watching, without a relist"
     assert after["starts"] > before["starts"]
@@ -253,10 +263,15 @@ async def test_server_side_watch_timeouts_lose_nothing(client: Client, namespace
         before = informer_metrics(CONFIGMAPS)
         await client.create(CONFIGMAPS, configmap("t"), namespace)
         for value in range(3):
-            await asyncio.sleep(0.9)
+            closed = informer_metrics(CONFIGMAPS)["ends_closed"]
+            await eventually(  # the server ends a watch (1 s) between two writes
+                lambda closed=closed: informer_metrics(CONFIGMAPS)["ends_closed"] > closed,
+                within=10,
+                what="a watch timed out by the server",
+            )
             await client.patch(CONFIGMAPS, "t", {"data": {"v": str(value)}}, namespace)
         await client.delete(CONFIGMAPS, "t", namespace)
-        await eventually(lambda: "delete" in seen.of("t"), what="the deletion")
+        await eventually(lambda: "delete" in seen.of("t"), within=20.0, what="the deletion")
     after = informer_metrics(CONFIGMAPS)
     assert seen.of("t") == ["add", "update", "update", "update", "delete"]
     assert after["ends_closed"] > before["ends_closed"], "no watch timed out"
@@ -279,7 +294,7 @@ async def test_informer_recovers_when_the_apiserver_restarts(
             informer.add_handler(seen.on_add, seen.on_update, seen.on_delete)
             async with informer:
                 await asyncio.wait_for(informer.wait_synced(), 10)
-                await eventually(lambda: informer.watching, what="watch open")
+                await eventually(lambda: informer.watching, within=20.0, what="watch open")
                 before = informer_metrics(CONFIGMAPS)
 
                 apiserver = small.components["kube-apiserver"]
@@ -288,6 +303,7 @@ async def test_informer_recovers_when_the_apiserver_restarts(
                 await asyncio.to_thread(apiserver.proc.wait, 30)
                 await eventually(
                     lambda: informer_metrics(CONFIGMAPS)["ends_error"] > before["ends_error"],
+                    within=20.0,
                     what="the watch to break",
                 )
                 await asyncio.to_thread(relaunch, apiserver, small.workdir)
@@ -301,9 +317,13 @@ async def test_informer_recovers_when_the_apiserver_restarts(
                     "/api/v1/namespaces/restart/configmaps",
                     {"metadata": {"name": "after"}, "data": {}},
                 )
-                await eventually(lambda: "delete" in seen.of("drop"), what="the deletion")
-                await eventually(lambda: "add" in seen.of("after"), what="the addition")
-                await eventually(lambda: informer.watching, what="watching again")
+                await eventually(
+                    lambda: "delete" in seen.of("drop"), within=20.0, what="the deletion"
+                )
+                await eventually(
+                    lambda: "add" in seen.of("after"), within=20.0, what="the addition"
+                )
+                await eventually(lambda: informer.watching, within=20.0, what="watching again")
                 recovered = time.monotonic() - restarted
             after = informer_metrics(CONFIGMAPS)
         assert after["starts"] > before["starts"] + 1  # at least one failed and one good re-watch

@@ -20,8 +20,9 @@ from agentsandbox.kube.manager import LeaderElectionLost, Manager
 from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.resources import CONFIGMAPS, LEASES
 from agentsandbox.kube.timefmt import format_micro_time
+from tests.polling import eventually, stays
 
-from .runtime_helpers import eventually, sample
+from .runtime_helpers import sample
 
 LEASE = {"lease_duration": 3.0, "renew_deadline": 2.0, "retry_period": 0.25}
 
@@ -49,8 +50,10 @@ class Replica:
     async def reconcile(self, request: Request) -> Result:
         self.seen.append(request)
         if self.block:
-            try:
-                await asyncio.sleep(60)
+            try:  # a reconcile that hangs (60 s at most)
+                await asyncio.wait_for(asyncio.Event().wait(), 60)
+            except TimeoutError:
+                pass
             except asyncio.CancelledError:
                 self.cancelled += 1
                 raise
@@ -76,17 +79,22 @@ async def test_exactly_one_replica_reconciles_and_the_other_takes_over_on_shutdo
     await client.create(CONFIGMAPS, {"metadata": {"name": "work"}}, namespace)
     a, b = Replica(client, namespace, "a"), Replica(client, namespace, "b")
     a.start()
-    await eventually(lambda: a.manager.is_leader, what="a leads")
+    await eventually(lambda: a.manager.is_leader, within=20.0, what="a leads")
     b.start()
     try:
-        await eventually(lambda: a.seen, what="a reconciles")
-        await asyncio.sleep(1.0)  # several of b's retry periods
-        assert not b.manager.is_leader and b.seen == []
+        await eventually(lambda: a.seen, within=20.0, what="a reconciles")
+        await stays(  # several of b's retry periods
+            lambda: not b.manager.is_leader and b.seen == [],
+            for_=1.0,
+            what="b standing by",
+        )
         assert await holder(client, namespace) == "a"
 
         await a.stop()  # releases the Lease
         stopped = time.monotonic()
-        await eventually(lambda: b.seen, within=LEASE["lease_duration"], what="b takes over")
+        await eventually(
+            lambda: b.seen, within=LEASE["lease_duration"], what="b takes over", interval=0.05
+        )
         took = time.monotonic() - stopped
         assert took < LEASE["lease_duration"]
         assert await holder(client, namespace) == "b"
@@ -109,14 +117,14 @@ async def test_a_crashed_leader_is_replaced_once_its_lease_expires(
     a = Replica(client, namespace, "a", leader_election_release_on_cancel=False)
     b = Replica(client, namespace, "b")
     a.start()
-    await eventually(lambda: a.manager.is_leader, what="a leads")
+    await eventually(lambda: a.manager.is_leader, within=20.0, what="a leads")
     b.start()
     try:
-        await eventually(lambda: a.seen, what="a reconciles")
+        await eventually(lambda: a.seen, within=20.0, what="a reconciles")
         await a.stop()  # no release: looks like a crash to b
         assert await holder(client, namespace) == "a"
         gone = time.monotonic()
-        await eventually(lambda: b.seen, within=10, what="b takes over")
+        await eventually(lambda: b.seen, within=10, what="b takes over", interval=0.05)
         took = time.monotonic() - gone
         # b waits until the record it observed is lease_duration old, measured on its own clock.
         assert 1.0 < took < LEASE["lease_duration"] + 1.5
@@ -129,7 +137,7 @@ async def test_losing_the_lease_stops_the_work_at_once(client: Client, namespace
     a = Replica(client, namespace, "a")
     a.block = True
     a.start()
-    await eventually(lambda: a.seen, what="a reconciles")
+    await eventually(lambda: a.seen, within=20.0, what="a reconciles")
     # Someone else takes the Lease behind a's back (e.g. a partitioned leader).
     lease = await client.get(LEASES, "runtime-test", namespace)
     now = format_micro_time(datetime.datetime.now(datetime.UTC))
@@ -168,9 +176,12 @@ async def test_elector_creates_renews_and_releases_the_lease(
     await asyncio.wait_for(elector.wait_leading(), 5)
     first = (await client.get(LEASES, "runtime-test", namespace))["spec"]
     assert first["holderIdentity"] == "solo" and first["leaseTransitions"] == 0
-    await asyncio.sleep(0.6)
-    renewed = (await client.get(LEASES, "runtime-test", namespace))["spec"]
-    assert renewed["renewTime"] > first["renewTime"]
+
+    async def renewed_lease() -> dict[str, Any] | None:
+        spec: dict[str, Any] = (await client.get(LEASES, "runtime-test", namespace))["spec"]
+        return spec if spec["renewTime"] > first["renewTime"] else None
+
+    renewed = await eventually(renewed_lease, within=0.6, what="the lease renewed")
     assert renewed["acquireTime"] == first["acquireTime"]
     await elector.stop()
     assert events == ["leader=solo", "started", "stopped"]

@@ -17,8 +17,9 @@ from agentsandbox.kube.client import Client
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.resources import CONFIGMAPS, LEASES
+from tests.polling import eventually
 
-from .runtime_helpers import TcpProxy, client_via, eventually, running
+from .runtime_helpers import TcpProxy, client_via, running
 
 
 @pytest.fixture
@@ -72,7 +73,7 @@ async def test_probes_and_metrics_are_served_and_readyz_waits_for_the_caches(
             assert status == 500 and "[-]informers-synced failed" in text
 
             proxy.resume()
-            await eventually(lambda: mgr.informers.has_synced(), what="caches synced")
+            await eventually(lambda: mgr.informers.has_synced(), within=20.0, what="caches synced")
             assert await get(http, mgr.health_probe_address, "/readyz") == (200, "ok")
             status, text = await get(http, mgr.health_probe_address, "/readyz?verbose")
             assert status == 200 and "[+]informers-synced ok" in text
@@ -121,7 +122,8 @@ async def test_sigterm_drains_reconciles_and_releases_the_lease(
 
     async def reconcile(request: Request) -> Result:
         started.set()
-        await asyncio.sleep(0.3)
+        # busy until the shutdown begins, then done: the drain must wait for it
+        await eventually(lambda: not mgr.ready(), within=10, what="the manager shutting down")
         finished.append(request.name)
         return Result()
 

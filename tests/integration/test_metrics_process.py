@@ -12,11 +12,11 @@ import os
 import re
 import signal
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 from agentsandbox.devcluster.cluster import DevCluster, free_port
+from tests.polling import eventually_sync
 
 from .test_controller_process import EXE, sandbox_body
 
@@ -185,18 +185,19 @@ def test_metric_families_are_upstreams_and_the_gaps_are_announced(
             r"[1-9]",
             re.M,
         )
-        deadline = time.monotonic() + 60
-        while True:
+
+        def reconciled_once() -> str:
             assert proc.poll() is None, log.read_text()
             try:
                 text = scrape(metrics_port)
             except OSError:
                 text = ""
             leading = f'leader_election_master_status{{name="{LEASE}"}} 1.0' in text
-            if leading and reconciled.search(text):
-                break
-            assert time.monotonic() < deadline, f"no sandbox reconcile seen:\n{text[-2000:]}"
-            time.sleep(0.2)
+            return text if leading and reconciled.search(text) else ""
+
+        text = eventually_sync(
+            reconciled_once, within=60, what="a sandbox reconcile in /metrics", interval=0.2
+        )
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         code = proc.wait(30)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -34,6 +33,7 @@ from agentsandbox.api.resources import (
 from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.resources import Resource
+from tests.polling import eventually, stays
 
 from .test_claims import controllers
 
@@ -96,10 +96,12 @@ async def churn_watch(
     namespace: str,
     resource_version: str,
     before: dict[str, dict[str, Any]],
+    versions: dict[str, str],
 ) -> list[tuple[str, str]]:
     """Watch the namespace's sandboxes from ``resource_version`` until cancelled; return
     ``(kind, name)`` per event: ``status`` for a change of the status only, else ``added``,
-    ``deleted`` or ``rewritten`` (the object itself changed)."""
+    ``deleted`` or ``rewritten`` (the object itself changed). ``versions`` follows the last
+    resourceVersion seen of each sandbox."""
     seen: list[tuple[str, str]] = []
     last = dict(before)
     try:
@@ -107,6 +109,7 @@ async def churn_watch(
             if ev.type == "BOOKMARK":
                 continue
             name = ev.object["metadata"]["name"]
+            versions[name] = ev.object["metadata"]["resourceVersion"]
             now = identity(ev.object)
             if ev.type == "ADDED":
                 seen.append(("added", name))
@@ -136,20 +139,16 @@ def identity(sb: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def identities(client: Client, namespace: str) -> dict[str, dict[str, Any]]:
+    return {
+        sb["metadata"]["name"]: identity(sb)
+        for sb in (await client.list(SANDBOXES, namespace)).items
+    }
+
+
 def ready_condition(obj: dict[str, Any]) -> dict[str, Any]:
     conds = (obj.get("status") or {}).get("conditions") or []
     return next((c for c in conds if c.get("type") == "Ready"), {})
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], what: str, within: float) -> Any:
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out after {within}s waiting for {what}; last: {last!r}")
 
 
 async def leave_upstream_objects(client: Client, namespace: str) -> dict[str, str]:
@@ -204,7 +203,10 @@ async def test_takeover_of_an_upstream_pool_of_20_and_a_migrated_claim_with_no_c
     # every writer's changes to this namespace's sandboxes, from the listed version on (a watch
     # is namespace-scoped; the apiserver's request counter is cluster-wide and counted other
     # tests' teardown)
-    changes = asyncio.create_task(churn_watch(client, namespace, listed.resource_version, before))
+    versions = {sb["metadata"]["name"]: sb["metadata"]["resourceVersion"] for sb in listed.items}
+    changes = asyncio.create_task(
+        churn_watch(client, namespace, listed.resource_version, before, versions)
+    )
 
     # --- our controllers take over
     writes = WriteCounter(client)
@@ -213,17 +215,24 @@ async def test_takeover_of_an_upstream_pool_of_20_and_a_migrated_claim_with_no_c
         def pool_is_ready() -> Awaitable[Any]:
             return pool_ready(client, namespace, left["pool"])
 
-        await eventually(pool_is_ready, "the taken-over pool at 20 Ready", within=90)
+        await eventually(pool_is_ready, within=90, what="the taken-over pool at 20 Ready")
 
         async def claim_ready() -> Any:
             c = await client.get(SANDBOX_CLAIMS, claim_name, namespace)
             bound = (c.get("status") or {}).get("sandbox", {}).get("name")
             return bound == claimed_name and ready_condition(c).get("status") == "True" and c
 
-        migrated = await eventually(claim_ready, "the migrated claim bound and Ready", within=60)
+        migrated = await eventually(
+            claim_ready, within=60, what="the migrated claim bound and Ready"
+        )
         # a quiet while: nothing more is done to the sandboxes once everything is Ready
-        await asyncio.sleep(3)
-        await eventually(pool_is_ready, "the pool still at 20 Ready", within=10)
+        await stays(
+            lambda: identities(client, namespace),
+            accept=lambda now: now == before,
+            for_=3,
+            what="the sandboxes left alone",
+        )
+        await eventually(pool_is_ready, within=10, what="the pool still at 20 Ready")
 
     # the claim kept its stored form: our conversion is None, nothing rewrote it
     assert migrated["spec"]["warmPoolRef"] == {"name": "shadow-pool-python-runtime"}
@@ -241,7 +250,15 @@ async def test_takeover_of_an_upstream_pool_of_20_and_a_migrated_claim_with_no_c
     assert {k: n for k, n in mine.items() if k[1] != "status"} == {}, mine
     assert set(mine) <= {("patch", "status"), ("update", "status"), ("apply", "status")}, mine
     # every writer (the watch): no sandbox added or deleted, none changed beyond its status
-    await asyncio.sleep(1.0)  # the watch has seen everything up to now
+
+    async def watch_caught_up() -> bool:
+        listed = (await client.list(SANDBOXES, namespace)).items
+        return all(
+            versions.get(sb["metadata"]["name"]) == sb["metadata"]["resourceVersion"]
+            for sb in listed
+        )
+
+    await eventually(watch_caught_up, within=10, what="the watch to see everything up to now")
     changes.cancel()
     seen = await changes
     churn = [c for c in seen if c[0] != "status"]
@@ -271,7 +288,9 @@ async def test_unbound_shadow_pool_claims_are_served_as_their_v1alpha1_form_afte
     pool_names = {sb["metadata"]["name"] for sb in load("sandboxes.yaml")}
     async with controllers(client):
         await eventually(
-            lambda: pool_ready(client, namespace, left["pool"]), "the pool at 20 Ready", within=90
+            lambda: pool_ready(client, namespace, left["pool"]),
+            within=90,
+            what="the pool at 20 Ready",
         )
         reasons: dict[str, set[str]] = {}
         for claim in load("unbound-claims.yaml"):
@@ -288,7 +307,7 @@ async def test_unbound_shadow_pool_claims_are_served_as_their_v1alpha1_form_afte
                 got[name] = c["status"]["sandbox"]["name"]
             return got
 
-        bound = await eventually(both_ready, "both migrated claims Ready", within=60)
+        bound = await eventually(both_ready, within=60, what="both migrated claims Ready")
     assert bound["agent-session-2"] in pool_names  # warm, from the taken-over pool
     assert bound["agent-session-3"] == "agent-session-3"  # cold, named after the claim
     assert not any("WarmPoolNotFound" in r for r in reasons.values()), reasons

@@ -15,7 +15,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -28,8 +27,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentsandbox.api.keys import ANNOTATION_CLIENT_FIRST_REQUESTED_AT
 from agentsandbox.devcluster.cluster import DevCluster, free_port
+from tests.polling import eventually_sync
 
-from .test_deploy import DEPLOY, EXE, serve_warm_and_cold, until
+from .test_deploy import DEPLOY, EXE, serve_warm_and_cold
 
 MONITORING = DEPLOY / "monitoring"
 # Labels a Prometheus scrape (Kubernetes service discovery, a ServiceMonitor) adds to a target.
@@ -193,13 +193,19 @@ def scraped(cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Sa
             "--type=merge", "-p", '{"spec": {"replicas": 0}}',
         )  # fmt: skip
         pool = f"/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/{ns}/sandboxwarmpools/pool"
-        until(
+        eventually_sync(
             lambda: (cluster.api("GET", pool).get("status") or {}).get("replicas") == 0,
-            "pool scaled to 0",
+            within=30.0,
+            what="pool scaled to 0",
         )
-        time.sleep(0.5)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            text = r.read().decode()
+
+        def scrape() -> str | None:  # once the delete is counted
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+            counted = re.search(r"^agent_sandbox_warmpool_sandbox_deletes_total\{", text, re.M)
+            return text if counted else None
+
+        text = eventually_sync(scrape, within=10, what="the sandbox's delete counted in /metrics")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -46,12 +46,12 @@ from agentsandbox.controllers.claim import controller as claim_controller
 from agentsandbox.controllers.sandbox import controller as sandbox_controller
 from agentsandbox.controllers.warmpool import controller as warmpool
 from agentsandbox.controllers.warmpool.plan import Settings
-from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import Conflict, NotFound
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import NAMESPACES, Resource
+from tests.polling import eventually
 
 from .invariants import wait_claims_ready
 from .runtime_helpers import running, sample
@@ -110,15 +110,9 @@ class Witness:
 
 
 @pytest.fixture(scope="module")
-async def client(cluster: DevCluster) -> AsyncIterator[Client]:
-    async with Client.from_kubeconfig(str(cluster.kubeconfig), qps=0) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-async def manager(client: Client) -> AsyncIterator[Manager]:
+async def manager(module_client: Client) -> AsyncIterator[Manager]:
     """The Sandbox, pool and claim controllers, one set for the module."""
-    mgr = Manager(client)
+    mgr = Manager(module_client)
     sandbox_controller.setup(mgr, 4, "cluster.local")
     warmpool.setup(mgr, Settings(), workers=2)
     claim_controller.setup(mgr, workers=4)
@@ -262,8 +256,8 @@ async def wait_pool_converged(
 ) -> None:
     """The pool's own sandboxes (by controller reference; with ``labelled``, only those that
     also carry the pool label) number ``replicas``, all Ready, and its status says so."""
-    deadline = time.monotonic() + within
-    while True:
+
+    async def converged() -> bool:
         p = await client.get(SANDBOX_WARM_POOLS, "pool", ns)
         uid = p["metadata"]["uid"]
         own = [
@@ -285,14 +279,16 @@ async def wait_pool_converged(
             )
         ]
         st = p.get("status") or {}
-        if (
+        assert (
             len(own) == len(ready) == replicas
             and st.get("replicas") == st.get("readyReplicas") == replicas
             and st.get("observedGeneration") == p["metadata"]["generation"]
-        ):
-            return
-        assert time.monotonic() < deadline, f"pool not back at {replicas}: {st}, own {len(own)}"
-        await asyncio.sleep(0.1)
+        ), f"pool not back at {replicas}: {st}, own {len(own)}"
+        return True
+
+    await eventually(
+        converged, within=within, what=f"the pool at {replicas}", ignoring=AssertionError
+    )
 
 
 class StillControlled(AssertionError):
@@ -314,11 +310,16 @@ async def test_a_member_stripped_of_the_pool_label_is_replaced_and_let_go(client
         await client.patch(SANDBOXES, stripped, {"metadata": {"labels": {LABEL_POOL: None}}}, ns)
         # replaced: two labelled members again
         await wait_pool_converged(client, ns, 2, labelled=True)
-        await asyncio.sleep(2.0)  # time to let go of the stripped one
-        sb = await client.get(SANDBOXES, stripped, ns)
-        pool_uid = (await client.get(SANDBOX_WARM_POOLS, "pool", ns))["metadata"]["uid"]
-        if not sb["metadata"].get("deletionTimestamp") and any(
-            o.get("controller") and o.get("uid") == pool_uid
-            for o in sb["metadata"].get("ownerReferences") or []
-        ):
-            raise StillControlled(f"{stripped} is still the pool's, uncounted")
+
+        async def let_go() -> bool:
+            sb = await client.get(SANDBOXES, stripped, ns)
+            pool_uid = (await client.get(SANDBOX_WARM_POOLS, "pool", ns))["metadata"]["uid"]
+            return bool(sb["metadata"].get("deletionTimestamp")) or not any(
+                o.get("controller") and o.get("uid") == pool_uid
+                for o in sb["metadata"].get("ownerReferences") or []
+            )
+
+        try:
+            await eventually(let_go, within=2.0, what=f"{stripped} let go of")
+        except AssertionError:
+            raise StillControlled(f"{stripped} is still the pool's, uncounted") from None

@@ -26,7 +26,6 @@ import dataclasses
 import importlib
 import json
 import sys
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -49,6 +48,7 @@ from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
+from tests.polling import eventually, stays
 
 from .runtime_helpers import running
 from .test_warmpool import (
@@ -191,14 +191,18 @@ async def run_driver(python: Path, args: list[str], within: float) -> tuple[int,
 
 
 async def gone(client: Client, resource: Any, name: str, ns: str, within: float) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+    async def missing() -> bool:
         try:
             await client.get(resource, name, ns)
         except NotFound:
             return True
-        await asyncio.sleep(0.2)
-    return False
+        return False
+
+    try:
+        await eventually(missing, within=within, what=f"{name} gone", interval=0.2)
+    except AssertionError:
+        return False
+    return True
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -280,8 +284,14 @@ async def test_released_client_end_to_end(
                 s["metadata"]["name"]
                 for s in await wait_ready_pool(client, namespace, "pool", POOL_SIZE)
             }
-            await asyncio.sleep(1.5)  # a second replacement would show up now
-            now = {s["metadata"]["name"] for s in await pool_sandboxes(client, namespace, "pool")}
+            known = seen.pool_members | before | after
+            later = await stays(  # a second replacement would show up now
+                lambda: pool_sandboxes(client, namespace, "pool"),
+                accept=lambda now: {s["metadata"]["name"] for s in now} <= known,
+                for_=1.5,
+                what="no other replacement",
+            )
+            now = {s["metadata"]["name"] for s in later}
             members = seen.pool_members | before | after | now
         assert len(now) == POOL_SIZE
         if case.warm:

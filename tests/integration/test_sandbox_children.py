@@ -7,8 +7,6 @@ in its own namespace.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,13 +14,11 @@ import pytest
 from agentsandbox.api import keys
 from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.resources import SANDBOXES
-from agentsandbox.controllers.sandbox import controller as sandbox_controller
-from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import CONFIGMAPS, PERSISTENTVOLUMECLAIMS, PODS, SERVICES
+from tests.polling import eventually, stays
 
-from .runtime_helpers import running
 from .test_sandbox_controller import (
     CLUSTER_DOMAIN,
     condition,
@@ -30,26 +26,14 @@ from .test_sandbox_controller import (
     get_or_none,
     new_sandbox,
     ready_is,
-    until,
     wait_event,
     wait_ready,
 )
 
 
 @pytest.fixture(scope="module")
-async def client(cluster: DevCluster) -> AsyncIterator[Client]:
-    async with Client.from_kubeconfig(str(cluster.kubeconfig), qps=0) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-async def manager(client: Client) -> AsyncIterator[Manager]:
-    mgr = Manager(client)  # no servers, no leader election
-    sandbox_controller.setup(mgr, workers=4, cluster_domain=CLUSTER_DOMAIN)
-    async with running(mgr):
-        await asyncio.wait_for(mgr.wait_started(), 10)
-        await asyncio.wait_for(mgr.informers.wait_synced(), 10)
-        yield mgr
+def sandbox_controller_options() -> dict[str, Any]:
+    return {"workers": 4, "cluster_domain": CLUSTER_DOMAIN}
 
 
 def claim(name: str, *, labels: dict[str, str] | None = None, owner: Any = None) -> dict[str, Any]:
@@ -80,7 +64,7 @@ DATA_VCT = {
 
 # ------------------------------------------------------------ a PVC that is not ours blocks the pod
 async def test_a_pvc_owned_by_another_controller_blocks_the_pod(
-    client: Client, manager: Manager, namespace: str
+    client: Client, sandbox_manager: Manager, namespace: str
 ) -> None:
     """A deliberate fix: upstream creates the pod, which then mounts the foreign volume."""
     owner = await client.create(
@@ -95,22 +79,26 @@ async def test_a_pvc_owned_by_another_controller_blocks_the_pod(
         sb = await client.get(SANDBOXES, "grab", namespace)
         return sb if ready_is(sb, "False", "ReconcilerError") else None
 
-    sb = await until(blocked, "Ready=False ReconcilerError")
+    sb = await eventually(blocked, within=15.0, what="Ready=False ReconcilerError")
     assert condition(sb, "Ready")["message"] == (  # type: ignore[index]
         'Error seen: PVC "data-grab" is owned by ConfigMap/someone-else '
         f'(UID: {owner["metadata"]["uid"]}), not by sandbox "grab"\n'
         'pod "grab" is not created: it would mount PVC "data-grab", not owned by sandbox "grab"'
     )
     await wait_event(client, namespace, "grab", "Warning", "ReconcilerError")
-    await asyncio.sleep(1.0)  # a few more passes (backoff): still no pod
-    assert await get_or_none(client, PODS, "grab", namespace) is None
+    await stays(
+        lambda: get_or_none(client, PODS, "grab", namespace),
+        accept=lambda pod: pod is None,
+        for_=1.0,
+        what="no pod over a few more passes (backoff)",
+    )
     assert "replicas" not in sb["status"]
     kept = await client.get(PERSISTENTVOLUMECLAIMS, "data-grab", namespace)
     assert kept["metadata"]["ownerReferences"] == foreign["metadata"]["ownerReferences"]
 
 
 async def test_a_refused_pvc_blocks_the_pod_until_it_is_labelled_adoptable(
-    client: Client, manager: Manager, namespace: str
+    client: Client, sandbox_manager: Manager, namespace: str
 ) -> None:
     mine = await client.create(PERSISTENTVOLUMECLAIMS, claim("data-later"), namespace)
     created = await client.create(
@@ -121,7 +109,7 @@ async def test_a_refused_pvc_blocks_the_pod_until_it_is_labelled_adoptable(
         sb = await client.get(SANDBOXES, "later", namespace)
         return sb if ready_is(sb, "False", "ReconcilerError") else None
 
-    sb = await until(blocked, "Ready=False ReconcilerError")
+    sb = await eventually(blocked, within=15.0, what="Ready=False ReconcilerError")
     message = condition(sb, "Ready")["message"]  # type: ignore[index]
     assert 'PVC "data-later" already exists and has no controller' in message
     assert 'pod "later" is not created: it would mount PVC "data-later"' in message
@@ -134,8 +122,8 @@ async def test_a_refused_pvc_blocks_the_pod_until_it_is_labelled_adoptable(
         {"metadata": {"labels": {keys.LABEL_ADOPTABLE: "true"}}},
         namespace,
     )
-    pod = await until(
-        lambda: get_or_none(client, PODS, "later", namespace), "pod created", within=20
+    pod = await eventually(
+        lambda: get_or_none(client, PODS, "later", namespace), within=20, what="pod created"
     )
     assert {"name": "data", "persistentVolumeClaim": {"claimName": "data-later"}} in pod["spec"][
         "volumes"
@@ -147,7 +135,7 @@ async def test_a_refused_pvc_blocks_the_pod_until_it_is_labelled_adoptable(
 
 # ---------------------------------------------------------------------------------- pod metadata
 async def test_pod_template_label_and_annotation_edits_reach_the_live_pod(
-    client: Client, manager: Manager, namespace: str
+    client: Client, sandbox_manager: Manager, namespace: str
 ) -> None:
     sb = new_sandbox("meta", labels={"team": "a", "tier": "gold"})
     sb["spec"]["podTemplate"]["metadata"]["annotations"] = {"note": "one", "old": "x"}
@@ -172,7 +160,7 @@ async def test_pod_template_label_and_annotation_edits_reach_the_live_pod(
         pod = await client.get(PODS, "meta", namespace)
         return pod if pod["metadata"]["labels"].get("team") == "b" else None
 
-    pod = await until(synced, "the new label on the pod")
+    pod = await eventually(synced, within=15.0, what="the new label on the pod")
     assert pod["metadata"]["uid"] == first["metadata"]["uid"]  # the same pod, not a new one
     assert pod["metadata"]["labels"] == {
         "team": "b",
@@ -186,7 +174,7 @@ async def test_pod_template_label_and_annotation_edits_reach_the_live_pod(
 
 # ---------------------------------------------------------------------------------- GC
 async def test_deleting_a_sandbox_removes_its_pod_and_service_through_the_garbage_collector(
-    client: Client, manager: Manager, namespace: str
+    client: Client, sandbox_manager: Manager, namespace: str
 ) -> None:
     """Needs kube-controller-manager's garbage collector: up to ~20 s."""
     await client.create(SANDBOXES, new_sandbox("bye", service=True), namespace)
@@ -201,12 +189,12 @@ async def test_deleting_a_sandbox_removes_its_pod_and_service_through_the_garbag
             and await get_or_none(client, SANDBOXES, "bye", namespace) is None
         )
 
-    await until(collected, "pod and service garbage-collected", within=30)
+    await eventually(collected, within=30, what="pod and service garbage-collected")
 
 
 # ---------------------------------------------------------------------------------- Service
 async def test_a_drifted_service_selector_is_restored(
-    client: Client, manager: Manager, namespace: str
+    client: Client, sandbox_manager: Manager, namespace: str
 ) -> None:
     await client.create(SANDBOXES, new_sandbox("drift", service=True), namespace)
     await wait_ready(client, "drift", namespace)
@@ -222,7 +210,7 @@ async def test_a_drifted_service_selector_is_restored(
         svc = await client.get(SERVICES, "drift", namespace)
         return svc if svc["spec"].get("selector") == track else None
 
-    svc = await until(restored, "selector restored")
+    svc = await eventually(restored, within=15.0, what="selector restored")
     assert (
         svc["metadata"]["labels"][keys.LABEL_SANDBOX_NAME_HASH]
         == track[keys.LABEL_SANDBOX_NAME_HASH]
@@ -230,7 +218,7 @@ async def test_a_drifted_service_selector_is_restored(
 
 
 async def test_an_unowned_selectorless_headless_service_with_the_opt_in_label_is_adopted(
-    client: Client, manager: Manager, namespace: str
+    client: Client, sandbox_manager: Manager, namespace: str
 ) -> None:
     """The apiserver defaults a selector-less headless Service to RequireDualStack with both
     families; adding our selector must still be a valid update on a single-stack cluster."""

@@ -6,11 +6,8 @@ in its own namespace.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -18,45 +15,19 @@ from agentsandbox.api import keys
 from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.resources import SANDBOXES
 from agentsandbox.api.timefmt import format_rfc3339_nano
-from agentsandbox.controllers.sandbox import controller as sandbox_controller
-from agentsandbox.devcluster.cluster import LIFECYCLE_LABEL, DevCluster
+from agentsandbox.devcluster.cluster import LIFECYCLE_LABEL
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import EVENTS, PERSISTENTVOLUMECLAIMS, PODS, SERVICES
+from tests.polling import eventually, stays
 
-from .runtime_helpers import running
-
-T = TypeVar("T")
 CLUSTER_DOMAIN = "test.example"
 
 
 @pytest.fixture(scope="module")
-async def client(cluster: DevCluster) -> AsyncIterator[Client]:
-    async with Client.from_kubeconfig(str(cluster.kubeconfig), qps=0) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-async def manager(client: Client) -> AsyncIterator[Manager]:
-    mgr = Manager(client)  # no servers, no leader election
-    sandbox_controller.setup(mgr, workers=4, cluster_domain=CLUSTER_DOMAIN)
-    async with running(mgr):
-        await asyncio.wait_for(mgr.wait_started(), 10)
-        await asyncio.wait_for(mgr.informers.wait_synced(), 10)
-        yield mgr
-
-
-async def until(check: Callable[[], Awaitable[T | None]], what: str, within: float = 15.0) -> T:
-    """Poll an async ``check`` until it returns something truthy."""
-    deadline = time.monotonic() + within
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out after {within}s waiting for {what}; last: {last!r}")
+def sandbox_controller_options() -> dict[str, Any]:
+    return {"workers": 4, "cluster_domain": CLUSTER_DOMAIN}
 
 
 def new_sandbox(name: str, *, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
@@ -97,7 +68,7 @@ async def wait_ready(client: Client, name: str, ns: str) -> dict[str, Any]:
         sb = await client.get(SANDBOXES, name, ns)
         return sb if ready_is(sb, "True", "DependenciesReady") else None
 
-    return await until(check, f"sandbox {name} Ready")
+    return await eventually(check, within=15.0, what=f"sandbox {name} Ready")
 
 
 async def event_reasons(client: Client, ns: str, name: str) -> list[tuple[str, str]]:
@@ -114,12 +85,12 @@ async def wait_event(client: Client, ns: str, name: str, type_: str, reason: str
     async def check() -> bool:
         return (type_, reason) in await event_reasons(client, ns, name)
 
-    await until(check, f"{type_} event {reason} on {name}")
+    await eventually(check, within=15.0, what=f"{type_} event {reason} on {name}")
 
 
 # ---------------------------------------------------------------------------------------------
 async def test_sandbox_becomes_ready_with_pod_ips_once_its_pod_runs(
-    client: Client, manager: Manager, namespace: str
+    client: Client, sandbox_manager: Manager, namespace: str
 ) -> None:
     created = await client.create(SANDBOXES, new_sandbox("web", labels={"team": "a"}), namespace)
     sb = await wait_ready(client, "web", namespace)
@@ -159,7 +130,7 @@ async def test_sandbox_becomes_ready_with_pod_ips_once_its_pod_runs(
 
 
 async def test_service_true_creates_the_headless_service_and_fqdn(
-    client: Client, manager: Manager, namespace: str
+    client: Client, sandbox_manager: Manager, namespace: str
 ) -> None:
     await client.create(SANDBOXES, new_sandbox("svc", service=True), namespace)
     sb = await wait_ready(client, "svc", namespace)
@@ -182,11 +153,11 @@ async def test_service_true_creates_the_headless_service_and_fqdn(
             and "serviceFQDN" not in current["status"]
         )
 
-    await until(gone, "service deleted and status cleared")
+    await eventually(gone, within=15.0, what="service deleted and status cleared")
 
 
 async def test_scale_to_zero_suspends_and_back_to_one_recreates_the_pod(
-    client: Client, manager: Manager, namespace: str
+    client: Client, sandbox_manager: Manager, namespace: str
 ) -> None:
     await client.create(SANDBOXES, new_sandbox("sus", service=True), namespace)
     await wait_ready(client, "sus", namespace)
@@ -200,7 +171,7 @@ async def test_scale_to_zero_suspends_and_back_to_one_recreates_the_pod(
         pod = await get_or_none(client, PODS, "sus", namespace)
         return sb if ready_is(sb, "False", "SandboxSuspended") and pod is None else None
 
-    sb = await until(suspended, "suspended and pod gone")
+    sb = await eventually(suspended, within=15.0, what="suspended and pod gone")
     assert condition(sb, "Ready")["message"] == "Sandbox is suspended"  # type: ignore[index]
     s = condition(sb, "Suspended")
     assert s is not None
@@ -222,7 +193,9 @@ async def test_scale_to_zero_suspends_and_back_to_one_recreates_the_pod(
     assert scale["status"]["selector"] == f"{keys.LABEL_SANDBOX_NAME_HASH}={name_hash('sus')}"
 
 
-async def test_a_deleted_pod_is_recreated(client: Client, manager: Manager, namespace: str) -> None:
+async def test_a_deleted_pod_is_recreated(
+    client: Client, sandbox_manager: Manager, namespace: str
+) -> None:
     await client.create(SANDBOXES, new_sandbox("phoenix"), namespace)
     await wait_ready(client, "phoenix", namespace)
     old = await client.get(PODS, "phoenix", namespace)
@@ -234,13 +207,13 @@ async def test_a_deleted_pod_is_recreated(client: Client, manager: Manager, name
             return None
         return pod
 
-    await until(replaced, "a new pod")
+    await eventually(replaced, within=15.0, what="a new pod")
     await wait_ready(client, "phoenix", namespace)
     await wait_event(client, namespace, "phoenix", "Normal", "PodRecreated")
 
 
 async def test_past_shutdown_time_with_delete_removes_the_sandbox(
-    client: Client, manager: Manager, namespace: str
+    client: Client, sandbox_manager: Manager, namespace: str
 ) -> None:
     await client.create(SANDBOXES, new_sandbox("doomed", service=True), namespace)
     await wait_ready(client, "doomed", namespace)
@@ -261,11 +234,11 @@ async def test_past_shutdown_time_with_delete_removes_the_sandbox(
             ]
         )
 
-    await until(all_gone, "sandbox, pod and service deleted")
+    await eventually(all_gone, within=15.0, what="sandbox, pod and service deleted")
 
 
 async def test_reaching_shutdown_time_with_retain_keeps_the_sandbox_expired(
-    client: Client, manager: Manager, namespace: str
+    client: Client, sandbox_manager: Manager, namespace: str
 ) -> None:
     soon = datetime.now(UTC) + timedelta(seconds=3)
     await client.create(
@@ -285,7 +258,9 @@ async def test_reaching_shutdown_time_with_retain_keeps_the_sandbox_expired(
             return current
         return None
 
-    sb = await until(expired, "pod and service gone, status reduced to conditions")
+    sb = await eventually(
+        expired, within=15.0, what="pod and service gone, status reduced to conditions"
+    )
     assert datetime.now(UTC) >= soon
     c = condition(sb, "Ready")
     assert c is not None
@@ -298,7 +273,7 @@ async def test_reaching_shutdown_time_with_retain_keeps_the_sandbox_expired(
 
 
 async def test_pvcs_are_created_owned_wired_into_the_pod_and_survive_suspend(
-    client: Client, manager: Manager, namespace: str
+    client: Client, sandbox_manager: Manager, namespace: str
 ) -> None:
     vct = {
         "metadata": {"name": "data", "labels": {"tier": "fast"}},
@@ -313,7 +288,7 @@ async def test_pvcs_are_created_owned_wired_into_the_pod_and_survive_suspend(
         pod = await get_or_none(client, PODS, "disk", namespace)
         return (pvc, pod) if pvc and pod else None
 
-    pvc, pod = await until(pvc_and_pod, "PVC and pod")
+    pvc, pod = await eventually(pvc_and_pod, within=15.0, what="PVC and pod")
     assert pvc["metadata"]["labels"] == {
         "tier": "fast",
         keys.LABEL_SANDBOX_NAME_HASH: name_hash("disk"),
@@ -330,7 +305,7 @@ async def test_pvcs_are_created_owned_wired_into_the_pod_and_survive_suspend(
         sb = await client.get(SANDBOXES, "disk", namespace)
         return sb if condition(sb, "Ready") is not None else None
 
-    await until(reported, "the Sandbox's Ready condition")
+    await eventually(reported, within=15.0, what="the Sandbox's Ready condition")
 
     await client.patch(SANDBOXES, "disk", {"spec": {"replicas": 0}}, namespace)
 
@@ -340,7 +315,7 @@ async def test_pvcs_are_created_owned_wired_into_the_pod_and_survive_suspend(
             await get_or_none(client, PODS, "disk", namespace) is None
         )
 
-    await until(suspended, "suspended without pod")
+    await eventually(suspended, within=15.0, what="suspended without pod")
     kept = await client.get(PERSISTENTVOLUMECLAIMS, "data-disk", namespace)
     assert kept["metadata"]["uid"] == pvc["metadata"]["uid"]
 
@@ -355,7 +330,7 @@ def user_pod(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
 
 
 async def test_an_unowned_same_name_pod_is_not_adopted_without_the_opt_in_label(
-    client: Client, manager: Manager, namespace: str
+    client: Client, sandbox_manager: Manager, namespace: str
 ) -> None:
     mine = await client.create(PODS, user_pod("squat"), namespace)
     await client.create(SANDBOXES, new_sandbox("squat"), namespace)
@@ -364,7 +339,7 @@ async def test_an_unowned_same_name_pod_is_not_adopted_without_the_opt_in_label(
         sb = await client.get(SANDBOXES, "squat", namespace)
         return sb if ready_is(sb, "False", "ReconcilerError") else None
 
-    sb = await until(refused, "Ready=False ReconcilerError")
+    sb = await eventually(refused, within=15.0, what="Ready=False ReconcilerError")
     assert condition(sb, "Ready")["message"] == (  # type: ignore[index]
         'Error seen: pod "squat" already exists and has no controller; sandbox "squat" does '
         'not adopt it unless it is labelled agents.x-k8s.io/adoptable="true"'
@@ -380,8 +355,8 @@ async def test_an_unowned_same_name_pod_is_not_adopted_without_the_opt_in_label(
     await client.patch(
         PODS, "squat", {"metadata": {"labels": {keys.LABEL_ADOPTABLE: "true"}}}, namespace
     )
-    sb = await until(
-        lambda: _ready_sandbox(client, "squat", namespace), "adopted and Ready", within=20
+    sb = await eventually(
+        lambda: _ready_sandbox(client, "squat", namespace), within=20, what="adopted and Ready"
     )
     adopted = await client.get(PODS, "squat", namespace)
     assert adopted["metadata"]["uid"] == mine["metadata"]["uid"]
@@ -394,7 +369,7 @@ async def _ready_sandbox(client: Client, name: str, ns: str) -> dict[str, Any] |
 
 
 async def test_an_unowned_pod_with_the_opt_in_label_is_adopted(
-    client: Client, manager: Manager, namespace: str
+    client: Client, sandbox_manager: Manager, namespace: str
 ) -> None:
     mine = await client.create(
         PODS, user_pod("welcome", {"app": "mine", keys.LABEL_ADOPTABLE: "true"}), namespace
@@ -418,7 +393,7 @@ async def test_an_unowned_pod_with_the_opt_in_label_is_adopted(
 )
 async def test_a_terminated_pod_gives_finished_and_is_kept(
     client: Client,
-    manager: Manager,
+    sandbox_manager: Manager,
     namespace: str,
     lifecycle: str,
     phase: str,
@@ -433,7 +408,7 @@ async def test_a_terminated_pod_gives_finished_and_is_kept(
         sb = await client.get(SANDBOXES, "job", namespace)
         return sb if condition(sb, "Finished") else None
 
-    sb = await until(finished, "Finished condition")
+    sb = await eventually(finished, within=15.0, what="Finished condition")
     f = condition(sb, "Finished")
     assert f is not None and (f["status"], f["reason"], f["message"]) == ("True", reason, message)
     r = condition(sb, "Ready")
@@ -444,7 +419,12 @@ async def test_a_terminated_pod_gives_finished_and_is_kept(
         f"Pod exists with phase: {phase}",
     )
     first = await client.get(PODS, "job", namespace)
-    await asyncio.sleep(0.5)
-    pod = await client.get(PODS, "job", namespace)
-    assert pod["metadata"]["uid"] == first["metadata"]["uid"]  # kept, never recreated
-    assert pod["status"]["phase"] == phase
+    await stays(
+        lambda: client.get(PODS, "job", namespace),
+        accept=lambda pod: (
+            pod["metadata"]["uid"] == first["metadata"]["uid"]  # kept, never recreated
+            and pod["status"]["phase"] == phase
+        ),
+        for_=0.5,
+        what=f"the pod kept in phase {phase}, never recreated",
+    )

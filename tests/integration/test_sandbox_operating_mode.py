@@ -6,28 +6,23 @@ here; the CRD rejects a spec whose two fields disagree, with a message that says
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from agentsandbox.api import keys
 from agentsandbox.api.resources import SANDBOXES
-from agentsandbox.controllers.sandbox import controller as sandbox_controller
-from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import Invalid
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import PODS
+from tests.polling import eventually, stays
 
-from .runtime_helpers import running
 from .test_sandbox_controller import (
     condition,
     get_or_none,
     new_sandbox,
     ready_is,
-    until,
     wait_ready,
 )
 
@@ -38,19 +33,8 @@ MODE_DISAGREES = (
 
 
 @pytest.fixture(scope="module")
-async def client(cluster: DevCluster) -> AsyncIterator[Client]:
-    async with Client.from_kubeconfig(str(cluster.kubeconfig), qps=0) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-async def manager(client: Client) -> AsyncIterator[Manager]:
-    mgr = Manager(client)  # no servers, no leader election
-    sandbox_controller.setup(mgr, workers=2, cluster_domain="cluster.local")
-    async with running(mgr):
-        await asyncio.wait_for(mgr.wait_started(), 10)
-        await asyncio.wait_for(mgr.informers.wait_synced(), 10)
-        yield mgr
+def sandbox_controller_options() -> dict[str, Any]:
+    return {"workers": 2, "cluster_domain": "cluster.local"}
 
 
 async def wait_suspended(client: Client, name: str, ns: str) -> dict[str, Any]:
@@ -59,11 +43,11 @@ async def wait_suspended(client: Client, name: str, ns: str) -> dict[str, Any]:
         pod = await get_or_none(client, PODS, name, ns)
         return sb if ready_is(sb, "False", "SandboxSuspended") and pod is None else None
 
-    return await until(check, f"sandbox {name} suspended without a pod")
+    return await eventually(check, within=15.0, what=f"sandbox {name} suspended without a pod")
 
 
 async def test_a_suspended_sandbox_has_no_pod_and_running_brings_it_back(
-    client: Client, manager: Manager, namespace: str
+    client: Client, sandbox_manager: Manager, namespace: str
 ) -> None:
     # as upstream HEAD stores it: operatingMode only, no replicas
     await client.create(SANDBOXES, new_sandbox("held", operatingMode="Suspended"), namespace)
@@ -71,8 +55,12 @@ async def test_a_suspended_sandbox_has_no_pod_and_running_brings_it_back(
     assert "replicas" not in sb["spec"]
     suspended = condition(sb, "Suspended")
     assert suspended is not None and suspended["status"] == "True"
-    await asyncio.sleep(0.5)  # a later pass does not create it either
-    assert await get_or_none(client, PODS, "held", namespace) is None
+    await stays(
+        lambda: get_or_none(client, PODS, "held", namespace),
+        accept=lambda pod: pod is None,
+        for_=0.5,
+        what="no pod over a later pass either",
+    )
 
     await client.patch(SANDBOXES, "held", {"spec": {"operatingMode": "Running"}}, namespace)
     sb = await wait_ready(client, "held", namespace)
@@ -87,7 +75,7 @@ async def test_a_suspended_sandbox_has_no_pod_and_running_brings_it_back(
 
 
 async def test_a_running_sandbox_is_suspended_by_operating_mode_with_replicas_zero(
-    client: Client, manager: Manager, namespace: str
+    client: Client, sandbox_manager: Manager, namespace: str
 ) -> None:
     await client.create(SANDBOXES, new_sandbox("both", replicas=1), namespace)
     await wait_ready(client, "both", namespace)

@@ -25,7 +25,6 @@ import base64
 import contextlib
 import json
 import secrets
-import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -57,6 +56,7 @@ from agentsandbox.kube.resources import (
     SECRETS,
     Resource,
 )
+from tests.polling import eventually, settles, stays
 
 from .invariants import controller_process, wait_claims_ready
 
@@ -157,8 +157,8 @@ def fingerprint(obj: dict[str, Any]) -> str:
 async def wait_pool(client: Client, ns: str, n: int, within: float = 60) -> None:
     """The pool at ``n`` Ready sandboxes of its own (sandboxes with its labels but another
     controller live beside them here, so a label count would not do)."""
-    deadline = time.monotonic() + within
-    while True:
+
+    async def at_n() -> bool:
         p = await client.get(SANDBOX_WARM_POOLS, "pool", ns)
         uid = p["metadata"]["uid"]
         own = [
@@ -179,10 +179,12 @@ async def wait_pool(client: Client, ns: str, n: int, within: float = 60) -> None
                 for c in (sb.get("status") or {}).get("conditions") or []
             )
         ]
-        if len(own) == len(ready) == st.get("readyReplicas") == st.get("replicas") == n:
-            return
-        assert time.monotonic() < deadline, f"pool not at {n}: {st}, own {len(own)}"
-        await asyncio.sleep(0.1)
+        assert len(own) == len(ready) == st.get("readyReplicas") == st.get("replicas") == n, (
+            f"pool not at {n}: {st}, own {len(own)}"
+        )
+        return True
+
+    await eventually(at_n, within=within, what=f"the pool at {n}", ignoring=AssertionError)
 
 
 @dataclass
@@ -287,15 +289,23 @@ async def _scenario(client: Client, cluster: DevCluster, ns: str, tmp: Path) -> 
     for resource, body in foreign:
         await client.create(resource, body, ns)
     # the foreign Pod once the scheduler and kwok are done with it (their writes are not ours)
-    deadline = time.monotonic() + 30
-    while (await client.get(PODS, "plain", ns)).get("status", {}).get("phase") != "Running":
-        assert time.monotonic() < deadline, "the foreign pod never ran"
-        await asyncio.sleep(0.1)
-    await asyncio.sleep(0.5)
-    before: dict[tuple[str, str], str] = {}
-    for resource, body in foreign:
-        current = await client.get(resource, body["metadata"]["name"], ns)
-        before[(resource.kind, body["metadata"]["name"])] = fingerprint(current)
+    await eventually(
+        lambda: client.get(PODS, "plain", ns),
+        accept=lambda pod: pod.get("status", {}).get("phase") == "Running",
+        within=30,
+        what="the foreign pod running",
+    )
+
+    async def fingerprints() -> dict[tuple[str, str], str]:
+        prints: dict[tuple[str, str], str] = {}
+        for resource, body in foreign:
+            current = await client.get(resource, body["metadata"]["name"], ns)
+            prints[(resource.kind, body["metadata"]["name"])] = fingerprint(current)
+        return prints
+
+    before = await settles(
+        fingerprints, for_=0.5, within=30, what="the foreign objects left alone by the others"
+    )
     # the Sandbox that wants the foreign Pod's name
     await client.create(
         SANDBOXES,
@@ -353,18 +363,20 @@ async def _scenario(client: Client, cluster: DevCluster, ns: str, tmp: Path) -> 
             await asyncio.gather(*(client.create(r, b, ns) for r, b in bodies))
             ready = await wait_claims_ready(client, ns, {*warm, "cold"}, within=60)
             out.claims = {c["metadata"]["name"]: c for c in ready}
-            deadline = time.monotonic() + 20
-            while True:
-                taken = await client.get(SANDBOX_CLAIMS, "cold-taken", ns)
-                conds = (taken.get("status") or {}).get("conditions") or []
-                if any(c["type"] == "Ready" and c["status"] == "False" for c in conds):
-                    break
-                assert time.monotonic() < deadline, "cold-taken never reported"
-                await asyncio.sleep(0.2)
-            out.taken_claim = taken
+            out.taken_claim = await eventually(
+                lambda: client.get(SANDBOX_CLAIMS, "cold-taken", ns),
+                accept=lambda taken: any(
+                    c["type"] == "Ready" and c["status"] == "False"
+                    for c in (taken.get("status") or {}).get("conditions") or []
+                ),
+                within=20,
+                what="cold-taken reported",
+                interval=0.2,
+            )
             await wait_pool(client, ns, 2)
-            await asyncio.sleep(2.0)  # more passes over everything, the pool refilled
-            assert proc.poll() is None, "the controller exited"
+            await stays(  # more passes over everything, the pool refilled
+                lambda: proc.poll() is None, for_=2.0, what="the controller running"
+            )
     finally:
         await watch.stop()
     out.event_notes = [

@@ -41,6 +41,7 @@ from agentsandbox.kube.client import Client, PatchType
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import EVENTS, NETWORKPOLICIES, PODS, Resource
+from tests.polling import eventually, settles
 
 from .runtime_helpers import running, sample
 from .test_claims import claim_obj, ready_reason
@@ -111,17 +112,6 @@ class WriteCounter:
         return {verb: n for (verb, p), n in self.counts.items() if p == plural}
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], what: str, within: float = 30.0) -> Any:
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out after {within}s waiting for {what}; last: {last!r}")
-
-
 async def get_or_none(client: Client, resource: Resource, name: str, ns: str) -> Any:
     try:
         return await client.get(resource, name, ns)
@@ -152,8 +142,9 @@ async def quiet_period(client: Client, ns: str, template: str) -> float:
     async def looked() -> bool:
         return reconciles() > before
 
-    await eventually(looked, "a reconcile of the poked template", 10)
-    await asyncio.sleep(0.5)  # room for anything it might write next
+    await eventually(looked, within=10, what="a reconcile of the poked template")
+    # room for anything it might write next: until it goes quiet
+    await settles(reconciles, for_=0.5, within=10, what="the template controller quiet")
     return reconciles() - before
 
 
@@ -167,7 +158,9 @@ async def test_policy_created_updated_and_removed_as_the_template_says(
     np_name = "tpl-network-policy"
     async with controllers(client):
         np = await eventually(
-            lambda: get_or_none(client, NETWORKPOLICIES, np_name, namespace), "the policy"
+            lambda: get_or_none(client, NETWORKPOLICIES, np_name, namespace),
+            within=30.0,
+            what="the policy",
         )
         assert network_policy_specs_equal(np["spec"], default_network_policy_spec("tpl"))
         assert np["spec"]["podSelector"] == {
@@ -188,7 +181,9 @@ async def test_policy_created_updated_and_removed_as_the_template_says(
             labels = t["metadata"].get("labels") or {}
             return bool(labels.get(keys.LABEL_SANDBOX_TEMPLATE_REF_HASH) == name_hash("tpl"))
 
-        await eventually(labelled, "the template labelled with its ref hash (#864)")
+        await eventually(
+            labelled, within=30.0, what="the template labelled with its ref hash (#864)"
+        )
         # an unchanged template writes nothing more, however often it is looked at
         await quiet_period(client, namespace, "tpl")
         steady = Counter(writes.counts)
@@ -211,7 +206,7 @@ async def test_policy_created_updated_and_removed_as_the_template_says(
             got = await client.get(NETWORKPOLICIES, np_name, namespace)
             return got if network_policy_specs_equal(got["spec"], want) else None
 
-        np = await eventually(updated, "the policy updated to the custom rules")
+        np = await eventually(updated, within=30.0, what="the policy updated to the custom rules")
         assert np["spec"]["ingress"][0]["ports"] == [{"port": 8080, "protocol": "TCP"}]
         assert np["spec"]["egress"][0]["to"] == [{"namespaceSelector": {}}]
         assert np["spec"]["policyTypes"] == ["Ingress", "Egress"]
@@ -226,7 +221,7 @@ async def test_policy_created_updated_and_removed_as_the_template_says(
         async def gone() -> bool:
             return await get_or_none(client, NETWORKPOLICIES, np_name, namespace) is None
 
-        await eventually(gone, "the policy deleted under Unmanaged")
+        await eventually(gone, within=30.0, what="the policy deleted under Unmanaged")
         assert writes.of("networkpolicies") == {"create": 1, "update": 1, "delete": 1}
 
         # Managed again (custom rules removed): the default policy comes back
@@ -242,7 +237,7 @@ async def test_policy_created_updated_and_removed_as_the_template_says(
             ok = got and network_policy_specs_equal(got["spec"], default_network_policy_spec("tpl"))
             return got if ok else None
 
-        await eventually(back, "the default policy re-created")
+        await eventually(back, within=30.0, what="the default policy re-created")
 
 
 async def test_a_same_name_policy_of_someone_else_is_never_touched(
@@ -275,7 +270,7 @@ async def test_a_same_name_policy_of_someone_else_is_never_touched(
                 and e["regarding"]["name"] == "own"
             ]
 
-        (event,) = await eventually(warned, "a NetworkPolicyConflict event")
+        (event,) = await eventually(warned, within=30.0, what="a NetworkPolicyConflict event")
         assert event["type"] == "Warning"
         assert f'"{namespace}/own-network-policy"' in event["note"]
         assert event["reportingController"] == "sandboxtemplate-controller"
@@ -302,7 +297,9 @@ async def test_a_same_name_policy_of_someone_else_is_never_touched(
             return got if any(r["kind"] == "SandboxTemplate" for r in refs) else None
 
         started = time.monotonic()
-        np = await eventually(ours, "the template's own policy after the other one went", 10)
+        np = await eventually(
+            ours, within=10, what="the template's own policy after the other one went"
+        )
         assert time.monotonic() - started < 5
         assert network_policy_specs_equal(np["spec"], default_network_policy_spec("own"))
 
@@ -338,7 +335,7 @@ async def wait_claim(client: Client, ns: str, name: str) -> str:
             return str(c["status"]["sandbox"]["name"])
         return None
 
-    result: str = await eventually(done, f"claim {name} Ready", 60)
+    result: str = await eventually(done, within=60, what=f"claim {name} Ready")
     return result
 
 
@@ -351,7 +348,9 @@ async def test_the_policy_selects_warm_adopted_cold_and_rolled_sandbox_pods(
     await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 2, "Recreate"), ns)
     async with controllers(client):
         await eventually(
-            lambda: get_or_none(client, NETWORKPOLICIES, "tpl-network-policy", ns), "the policy"
+            lambda: get_or_none(client, NETWORKPOLICIES, "tpl-network-policy", ns),
+            within=30.0,
+            what="the policy",
         )
         warm = {pod_name(s) for s in await wait_ready_pool(client, ns, "pool", 2)}
         await client.create(SANDBOX_CLAIMS, claim_obj("adopter", pool="pool"), ns)
@@ -369,7 +368,9 @@ async def test_the_policy_selects_warm_adopted_cold_and_rolled_sandbox_pods(
             return got if want <= got else None
 
         expected = refill | {adopted, cold}
-        got = await eventually(lambda: covered(expected), "warm, adopted and cold pods selected")
+        got = await eventually(
+            lambda: covered(expected), within=30.0, what="warm, adopted and cold pods selected"
+        )
         assert expected <= await live_pods(client, ns)
         assert got == await live_pods(client, ns)  # nothing else in the namespace
 
@@ -392,9 +393,13 @@ async def test_the_policy_selects_warm_adopted_cold_and_rolled_sandbox_pods(
             ok = len(sbs) == 2 and all(ready(s) and image_of(s) == "example/python:2" for s in sbs)
             return sbs if ok else None
 
-        rolled_pods = {pod_name(s) for s in await eventually(rolled, "the pool rolled", 90)}
+        rolled_pods = {
+            pod_name(s) for s in await eventually(rolled, within=90, what="the pool rolled")
+        }
         assert not rolled_pods & refill
         expected = rolled_pods | {adopted, cold}
-        await eventually(lambda: covered(expected), "rolled, adopted and cold pods selected")
+        await eventually(
+            lambda: covered(expected), within=30.0, what="rolled, adopted and cold pods selected"
+        )
         # the adopted and cold sandboxes were not rolled, and still match
         assert {adopted, cold} <= await selected_pods(client, ns, "tpl-network-policy")

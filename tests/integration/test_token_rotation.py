@@ -88,10 +88,20 @@ async def test_a_rotated_token_file_is_picked_up_and_a_revoked_one_is_unauthoriz
         assert await whoami(c) == f"system:serviceaccount:{namespace}:sa-b"
 
         # a revoked token: its ServiceAccount is gone, so the bound token no longer authenticates
+        existing = await admin.get(SERVICEACCOUNTS, "sa-c", namespace)
         await admin.delete(SERVICEACCOUNTS, "sa-c", namespace)
         with pytest.raises(NotFound):
             await admin.get(SERVICEACCOUNTS, "sa-c", namespace)
-        await asyncio.sleep(0.5)  # the API server's own ServiceAccount cache follows a watch
+
+        # the API server's own ServiceAccount cache follows a watch: wait until one saw the delete
+        async def delete_watched() -> None:
+            since = existing["metadata"]["resourceVersion"]
+            async with admin.watch(SERVICEACCOUNTS, namespace, resource_version=since) as events:
+                async for ev in events:
+                    if ev.type == "DELETED" and ev.object["metadata"]["name"] == "sa-c":
+                        return
+
+        await asyncio.wait_for(delete_watched(), 5)
         token_file.write_text(token_c)
         advance_past_refresh(loader)
         with pytest.raises(Unauthorized) as revoked:

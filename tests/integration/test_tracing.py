@@ -14,7 +14,6 @@ import json
 import os
 import secrets
 import signal
-import time
 import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBO
 from agentsandbox.controllers.claim import tracing as claim_tracing
 from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
+from tests.polling import eventually
 
 from .invariants import controller_process, wait_claims_ready
 from .test_claims import claim_obj
@@ -200,15 +200,16 @@ async def test_each_claim_is_one_connected_trace_under_its_annotation(
                 for c in await wait_claims_ready(client, namespace, {"warm", "cold", "garbled"}, 30)
             }
             # spans are exported while the controller runs (a batch every ~100 ms) ...
-            done: set[str] = set()
-            deadline = time.monotonic() + 15
-            while len(done) < 2 and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)
-                done = {
+            done = await eventually(
+                lambda: {
                     t
                     for t in (warm_trace, cold_trace)
                     if claim_tracing.SPAN_READY in names(rx.trace(t))
-                }
+                },
+                accept=lambda done: len(done) == 2,
+                within=15,
+                what=lambda: f"the Ready span of both traces; log: {log.read_text()[-3000:]}",
+            )
             assert len(done) == 2, (done, log.read_text()[-3000:])
             assert proc.poll() is None, log.read_text()[-3000:]
             # ... and a clean stop exports the rest: no span below misses its parent

@@ -31,6 +31,7 @@ from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import NAMESPACES
+from tests.polling import eventually, stays
 
 from .runtime_helpers import running
 
@@ -96,20 +97,19 @@ def image_of(sb: dict[str, Any]) -> str:
 async def wait_ready_pool(
     client: Client, ns: str, pool: str, n: int, within: float = 60
 ) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + within
-    last: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
+
+    async def full() -> list[dict[str, Any]]:
         last = await pool_sandboxes(client, ns, pool)
-        if len(last) == n and all(ready(s) for s in last):
-            p = await client.get(SANDBOX_WARM_POOLS, pool, ns)
-            st = p.get("status") or {}
-            if st.get("readyReplicas") == n and st.get("replicas") == n:
-                return last
-        await asyncio.sleep(0.1)
-    raise AssertionError(
-        f"pool {ns}/{pool} not at {n} Ready within {within}s: "
-        f"{[(s['metadata']['name'], ready(s)) for s in last]}"
+        members = [(s["metadata"]["name"], ready(s)) for s in last]
+        assert len(last) == n and all(ready(s) for s in last), members
+        st = (await client.get(SANDBOX_WARM_POOLS, pool, ns)).get("status") or {}
+        assert st.get("readyReplicas") == n and st.get("replicas") == n, (members, st)
+        return last
+
+    members: list[dict[str, Any]] = await eventually(
+        full, within=within, what=f"pool {ns}/{pool} at {n} Ready", ignoring=AssertionError
     )
+    return members
 
 
 async def test_pool_fills_to_replicas_ready_and_reports_status(
@@ -150,12 +150,12 @@ async def test_scale_subresource_up_and_down_deletes_unready_first(
         victims = await pool_sandboxes(client, namespace, "pool")
         unready = victims[0]["metadata"]["name"]
         await client.patch(SANDBOXES, unready, {"spec": {"replicas": 0}}, namespace)
-        deadline = time.monotonic() + 20
-        while (
-            (await client.get(SANDBOX_WARM_POOLS, "pool", namespace))["status"].get("readyReplicas")
-        ) != 3:
-            assert time.monotonic() < deadline, "suspended sandbox never counted as unready"
-            await asyncio.sleep(0.1)
+        await eventually(
+            lambda: client.get(SANDBOX_WARM_POOLS, "pool", namespace),
+            accept=lambda p: p["status"].get("readyReplicas") == 3,
+            within=20,
+            what="the suspended sandbox counted as unready",
+        )
         cluster.kubectl("scale", "sandboxwarmpool/pool", "-n", namespace, "--replicas=3")
         left = await wait_ready_pool(client, namespace, "pool", 3)
     assert unready not in {s["metadata"]["name"] for s in left}
@@ -183,12 +183,7 @@ async def test_template_change_rolls_every_sandbox_under_recreate(
                 return sbs
             return None
 
-        deadline = time.monotonic() + 60
-        sbs = None
-        while sbs is None and time.monotonic() < deadline:
-            sbs = await rolled()
-            await asyncio.sleep(0.1)
-        assert sbs is not None, "Recreate did not roll the pool to app:v2"
+        sbs = await eventually(rolled, within=60, what="Recreate to roll the pool to app:v2")
     assert not old_names & {s["metadata"]["name"] for s in sbs}
 
 
@@ -197,10 +192,15 @@ async def test_template_change_under_on_replenish_only_affects_replacements(
 ) -> None:
     async with controllers(client):
         old_names, before = await rollout(client, namespace, "OnReplenish")
-        await asyncio.sleep(2.0)  # give a wrong implementation time to roll
-        now = await pool_sandboxes(client, namespace, "pool")
-        assert {s["metadata"]["name"] for s in now} == old_names
-        assert {image_of(s) for s in now} == {"app:v1"}
+        await stays(  # give a wrong implementation time to roll
+            lambda: pool_sandboxes(client, namespace, "pool"),
+            accept=lambda now: (
+                {s["metadata"]["name"] for s in now} == old_names
+                and {image_of(s) for s in now} == {"app:v1"}
+            ),
+            for_=2.0,
+            what="the pool's sandboxes kept at app:v1",
+        )
         await client.delete(SANDBOXES, before[0]["metadata"]["name"], namespace)
         await wait_ready_pool(client, namespace, "pool", 2)
         images = sorted(image_of(s) for s in await pool_sandboxes(client, namespace, "pool"))
@@ -232,10 +232,7 @@ async def test_repointing_to_an_identical_template_under_another_name_replaces_a
                 for s in sbs
             )
 
-        deadline = time.monotonic() + 60
-        while not await replaced():
-            assert time.monotonic() < deadline, "pool was not re-pointed"
-            await asyncio.sleep(0.1)
+        await eventually(replaced, within=60, what="the pool re-pointed")
         after = {s["metadata"]["name"] for s in await pool_sandboxes(client, namespace, "pool")}
     assert not before & after
 
@@ -292,12 +289,17 @@ async def test_sandbox_stuck_unready_past_the_grace_period_is_replaced(
     seen: set[str] = set()
     most = 0
     async with controllers(client, Settings(readiness_grace_period=2.0)):
-        deadline = time.monotonic() + 40
-        while len(seen) < 3 and time.monotonic() < deadline:
+
+        async def replaced_twice() -> bool:
+            nonlocal seen, most
             sbs = await pool_sandboxes(client, namespace, "pool")
             most = max(most, len(sbs))
             seen |= {s["metadata"]["name"] for s in sbs}
-            await asyncio.sleep(0.1)
+            return len(seen) >= 3
+
+        await eventually(
+            replaced_twice, within=40, what=lambda: f"stuck sandboxes replaced (seen: {seen})"
+        )
     assert len(seen) >= 3, f"stuck sandboxes were not replaced: {seen}"
     assert most == 1  # never more than spec.replicas at once
 
@@ -313,12 +315,7 @@ async def test_missing_template_writes_status_creates_nothing_then_fills(
             conds = {c["type"]: c for c in (p.get("status") or {}).get("conditions", [])}
             return p if conds.get("Ready", {}).get("reason") == "TemplateNotFound" else None
 
-        deadline = time.monotonic() + 20
-        p = None
-        while p is None:
-            assert time.monotonic() < deadline, "TemplateNotFound never reported"
-            p = await reported()
-            await asyncio.sleep(0.1)
+        p = await eventually(reported, within=20, what="TemplateNotFound reported")
         assert p["status"]["replicas"] == 0
         assert await pool_sandboxes(client, namespace, "pool") == []
         await client.create(SANDBOX_TEMPLATES, template_obj("later"), namespace)
@@ -331,10 +328,13 @@ async def test_deleting_the_pool_removes_its_sandboxes(client: Client, namespace
     async with controllers(client):
         await wait_ready_pool(client, namespace, "pool", 3)
         await client.delete(SANDBOX_WARM_POOLS, "pool", namespace)
-        deadline = time.monotonic() + 60
-        while await pool_sandboxes(client, namespace, "pool"):
-            assert time.monotonic() < deadline, "garbage collector did not remove the sandboxes"
-            await asyncio.sleep(0.2)
+        await eventually(
+            lambda: pool_sandboxes(client, namespace, "pool"),
+            accept=lambda left: not left,
+            within=60,
+            what="the garbage collector to remove the sandboxes",
+            interval=0.2,
+        )
 
 
 async def _apiserver_count(
@@ -408,7 +408,9 @@ async def test_no_over_creation_20_pools_of_25_with_50_workers(
         filled = 0.0
         next_check = started
         pools: list[dict[str, Any]] = []
-        while time.monotonic() < started + 180:
+
+        async def full() -> bool:  # and the most reconciles at once, sampled every 10 ms
+            nonlocal peak, next_check, pools
             peak = max(
                 peak,
                 metrics.REGISTRY.get_sample_value(
@@ -416,13 +418,15 @@ async def test_no_over_creation_20_pools_of_25_with_50_workers(
                 )
                 or 0.0,
             )
-            if time.monotonic() >= next_check:
-                next_check = time.monotonic() + 0.25
-                pools = (await client.list(SANDBOX_WARM_POOLS, namespace)).items
-                if all((p.get("status") or {}).get("readyReplicas") == 25 for p in pools):
-                    filled = time.monotonic()
-                    break
-            await asyncio.sleep(0.01)
+            if time.monotonic() < next_check:
+                return False
+            next_check = time.monotonic() + 0.25
+            pools = (await client.list(SANDBOX_WARM_POOLS, namespace)).items
+            return all((p.get("status") or {}).get("readyReplicas") == 25 for p in pools)
+
+        with contextlib.suppress(AssertionError):
+            await eventually(full, within=180, what="every pool full", interval=0.01)
+            filled = time.monotonic()
         if not filled:
             unready = [
                 (s["metadata"]["name"], (s.get("status") or {}).get("conditions"))
@@ -436,7 +440,11 @@ async def test_no_over_creation_20_pools_of_25_with_50_workers(
                 f"pools not full after 180s: creates seen={sum(creates.values())} "
                 f"statuses={statuses} unready={unready[:5]} watching={watcher.watching}"
             )
-        await asyncio.sleep(2.0)  # anything extra would show up now
+        await stays(  # anything extra would show up now
+            lambda: sum(creates.values()) <= 500 and max(per_pool_max.values()) <= 25,
+            for_=2.0,
+            what="no create beyond 25 per pool",
+        )
         lists_after = await _apiserver_count(client, "LIST", "sandboxes", scope="cluster")
         own_lists_after = informer_lists._value.get()
     posts = await _apiserver_count(client, "POST", "sandboxes", code="201") - posts_before

@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -38,10 +38,9 @@ from agentsandbox.kube.client import Client
 from agentsandbox.kube.config import load_kubeconfig
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import EVENTS, PODS, RESOURCEQUOTAS
+from tests.polling import eventually, stays
 
 from .runtime_helpers import running
-
-T = TypeVar("T")
 
 GRACE = 2.0
 SETTINGS = Settings(readiness_grace_period=GRACE, unschedulable_recheck_interval=1.0)
@@ -65,21 +64,6 @@ async def controllers(client: Client) -> AsyncIterator[Manager]:
     async with running(mgr):
         await asyncio.wait_for(mgr.wait_started(), 20)
         yield mgr
-
-
-async def until(
-    check: Callable[[], Awaitable[T | None]], within: float, what: str, interval: float = 0.1
-) -> T:
-    """Poll an async ``check`` until it returns something truthy; fail with the last answer."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        result = await check()
-        if result:
-            return result
-        last = result
-        await asyncio.sleep(interval)
-    raise AssertionError(f"timed out after {within}s waiting for {what}; last: {last!r}")
 
 
 def template_obj(name: str, cpu: str | None = None) -> dict[str, Any]:
@@ -202,7 +186,9 @@ async def wait_blocked(client: Client, ns: str, held: int) -> dict[str, Any]:
 
     # The grace period, plus slack: each test's controllers watch every namespace, so they may
     # still be busy with the sandboxes of an earlier test's namespace being deleted.
-    cond = await until(blocked, GRACE + 30, f"the pool to report {held} sandboxes blocked")
+    cond = await eventually(
+        blocked, within=GRACE + 30, what=f"the pool to report {held} sandboxes blocked"
+    )
     assert cond["status"] == "False"
     return cond
 
@@ -213,12 +199,14 @@ async def assert_held_without_churn(
     """For ``seconds``: the same sandboxes, never more than ``replicas``, still blocked."""
     before = names(await pool_sandboxes(client, ns))
     created, deleted = len(tracker.created), len(tracker.deleted)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+
+    async def held() -> bool:
         now = names(await pool_sandboxes(client, ns))
         assert now == before, f"the pool churned while blocked: {sorted(before)} -> {sorted(now)}"
         assert tracker.most_live <= replicas, tracker
-        await asyncio.sleep(0.2)
+        return True
+
+    await stays(held, for_=seconds, what="the pool held without churn", interval=0.2)
     assert tracker.created[created:] == [], f"created while blocked: {tracker}"
     assert tracker.deleted[deleted:] == [], f"deleted while blocked: {tracker}"
     assert (await pool_condition(client, ns)).get("reason") == REASON_BLOCKED
@@ -233,8 +221,10 @@ async def test_quota_blocked_pool_holds_its_sandboxes_reports_and_recovers(
         RESOURCEQUOTAS, {"metadata": {"name": "pods"}, "spec": {"hard": {"pods": "1"}}}, ns
     )
 
-    await until(
-        lambda: quota_enforced(client, ns, "1"), 20, "the quota's status.hard (resourcequota ctrl)"
+    await eventually(
+        lambda: quota_enforced(client, ns, "1"),
+        within=20,
+        what="the quota's status.hard (resourcequota ctrl)",
     )
     await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), ns)
     await client.create(SANDBOX_WARM_POOLS, pool_obj("tpl", 3), ns)
@@ -254,7 +244,9 @@ async def test_quota_blocked_pool_holds_its_sandboxes_reports_and_recovers(
             ok = len(sbs) == 3 and sum(map(is_ready, sbs)) == 1 and len(rejected) == 2
             return sbs if ok else None
 
-        await until(one_ready_two_rejected, 30, "1 Ready sandbox and 2 rejected by the quota")
+        await eventually(
+            one_ready_two_rejected, within=30, what="1 Ready sandbox and 2 rejected by the quota"
+        )
 
         cond = await wait_blocked(client, ns, 2)
         blocked_after = time.monotonic() - started
@@ -262,8 +254,10 @@ async def test_quota_blocked_pool_holds_its_sandboxes_reports_and_recovers(
         pool = await client.get(SANDBOX_WARM_POOLS, POOL, ns)
         assert (pool["status"]["replicas"], pool["status"]["readyReplicas"]) == (3, 1)
 
-        warnings = await until(
-            lambda: pool_events(client, ns, EVENT_NOT_PROGRESSING), 10, "a Warning event"
+        warnings = await eventually(
+            lambda: pool_events(client, ns, EVENT_NOT_PROGRESSING),
+            within=10,
+            what="a Warning event",
         )
         assert warnings[0]["type"] == "Warning"
         assert "exceeded quota" in warnings[0]["note"]
@@ -273,7 +267,11 @@ async def test_quota_blocked_pool_holds_its_sandboxes_reports_and_recovers(
         # Lift the limit: the Sandbox controller's retries (with backoff) now create the pods.
         await client.patch(RESOURCEQUOTAS, "pods", {"spec": {"hard": {"pods": "3"}}}, ns)
         raised = time.monotonic()
-        await until(lambda: quota_enforced(client, ns, "3"), 20, "the raised quota in status.hard")
+        await eventually(
+            lambda: quota_enforced(client, ns, "3"),
+            within=20,
+            what="the raised quota in status.hard",
+        )
 
         async def pool_ready() -> list[dict[str, Any]] | None:
             sbs = await pool_sandboxes(client, ns)
@@ -285,10 +283,12 @@ async def test_quota_blocked_pool_holds_its_sandboxes_reports_and_recovers(
             )
             return sbs if ok else None
 
-        final = await until(pool_ready, 90, "the pool to become Ready after raising the quota")
+        final = await eventually(
+            pool_ready, within=90, what="the pool to become Ready after raising the quota"
+        )
         recovered_after = time.monotonic() - raised
-        progressing = await until(
-            lambda: pool_events(client, ns, EVENT_PROGRESSING), 10, "a Normal event"
+        progressing = await eventually(
+            lambda: pool_events(client, ns, EVENT_PROGRESSING), within=10, what="a Normal event"
         )
         assert progressing[0]["type"] == "Normal"
         pods = [
@@ -329,15 +329,17 @@ async def test_unschedulable_pool_reports_the_schedulers_message_and_holds(
             ]
             return stuck if len(stuck) == 2 else None
 
-        pods = await until(unschedulable, 30, "both pods Pending/Unschedulable")
+        pods = await eventually(unschedulable, within=30, what="both pods Pending/Unschedulable")
         assert all(p["status"].get("phase") == "Pending" for p in pods)
 
         cond = await wait_blocked(client, ns, 2)
         blocked_after = time.monotonic() - started
         assert "pod unschedulable" in cond["message"], cond
         assert "Insufficient cpu" in cond["message"], cond
-        warnings = await until(
-            lambda: pool_events(client, ns, EVENT_NOT_PROGRESSING), 10, "a Warning event"
+        warnings = await eventually(
+            lambda: pool_events(client, ns, EVENT_NOT_PROGRESSING),
+            within=10,
+            what="a Warning event",
         )
         assert warnings[0]["type"] == "Warning" and "Insufficient cpu" in warnings[0]["note"]
 
@@ -360,8 +362,10 @@ async def test_held_sandbox_is_kept_once_unblocked(client: Client, namespace: st
         RESOURCEQUOTAS, {"metadata": {"name": "pods"}, "spec": {"hard": {"pods": "0"}}}, ns
     )
 
-    await until(
-        lambda: quota_enforced(client, ns, "0"), 20, "the quota's status.hard (resourcequota ctrl)"
+    await eventually(
+        lambda: quota_enforced(client, ns, "0"),
+        within=20,
+        what="the quota's status.hard (resourcequota ctrl)",
     )
     await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), ns)
     await client.create(SANDBOX_WARM_POOLS, pool_obj("tpl", 1), ns)
@@ -381,7 +385,9 @@ async def test_held_sandbox_is_kept_once_unblocked(client: Client, namespace: st
             ok = len(sbs) == 1 and is_ready(sbs[0]) and ready_condition(p).get("status") == "True"
             return sbs if ok else None
 
-        final = await until(pool_ready, 60, "the pool to become Ready after raising the quota")
+        final = await eventually(
+            pool_ready, within=60, what="the pool to become Ready after raising the quota"
+        )
         print(f"\nunblocked: Ready {time.monotonic() - raised:.1f}s after raising the quota")
     assert tracker.most_live <= 1, tracker
     if names(final) != held or tracker.deleted[deleted_while_held:]:

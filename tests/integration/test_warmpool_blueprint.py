@@ -12,15 +12,13 @@ keeps its pod Pending: those checks look at the pool's sandboxes, not at readine
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentsandbox.api import keys
 from agentsandbox.api.hashing import pod_template_hash, sandbox_blueprint_hash
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
 from agentsandbox.kube.client import Client
+from tests.polling import eventually, stays
 
 from .test_warmpool import (
     controllers,
@@ -35,18 +33,6 @@ VCT = {
     "metadata": {"name": "data"},
     "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
 }
-
-
-async def until(
-    check: Callable[[], Awaitable[list[dict[str, Any]] | None]], what: str, within: float = 60
-) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + within
-    while True:
-        got = await check()
-        if got is not None:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
 
 
 def names(sbs: list[dict[str, Any]]) -> set[str]:
@@ -91,7 +77,9 @@ async def test_vct_only_change_rolls_a_recreate_pool(client: Client, namespace: 
                 return sbs
             return None
 
-        sbs = await until(rolled, "Recreate to roll the pool onto the new VCTs")
+        sbs = await eventually(
+            rolled, within=60, what="Recreate to roll the pool onto the new VCTs"
+        )
     for sb in sbs:
         assert sb["metadata"]["labels"][keys.LABEL_SANDBOX_TEMPLATE_HASH] == new_hash
 
@@ -102,9 +90,12 @@ async def test_vct_only_change_under_on_replenish_only_affects_replacements(
     async with controllers(client):
         old, tpl = await start_pool(client, namespace, "OnReplenish")
         await change_template(client, namespace, tpl, volumeClaimTemplates=[VCT])
-        await asyncio.sleep(2.0)  # give a wrong implementation time to roll
-        now = await pool_sandboxes(client, namespace, "pool")
-        assert names(now) == old and all(vcts(s) == [] for s in now)
+        await stays(  # give a wrong implementation time to roll
+            lambda: pool_sandboxes(client, namespace, "pool"),
+            accept=lambda now: names(now) == old and all(vcts(s) == [] for s in now),
+            for_=2.0,
+            what="the pool's sandboxes kept, without the new VCTs",
+        )
         gone = sorted(old)[0]
         await client.delete(SANDBOXES, gone, namespace)
 
@@ -112,9 +103,14 @@ async def test_vct_only_change_under_on_replenish_only_affects_replacements(
             sbs = await pool_sandboxes(client, namespace, "pool")
             return sbs if len(sbs) == 2 and gone not in names(sbs) else None
 
-        sbs = await until(replaced, "the replacement of the deleted member")
-        await asyncio.sleep(1.0)  # and nothing else moves
-        sbs = await pool_sandboxes(client, namespace, "pool")
+        sbs = await eventually(replaced, within=60, what="the replacement of the deleted member")
+        members = names(sbs)
+        sbs = await stays(  # and nothing else moves
+            lambda: pool_sandboxes(client, namespace, "pool"),
+            accept=lambda now: names(now) == members,
+            for_=1.0,
+            what="the pool's sandboxes unchanged after the replacement",
+        )
     kept = [s for s in sbs if s["metadata"]["name"] in old]
     new = [s for s in sbs if s["metadata"]["name"] not in old]
     assert len(kept) == 1 and len(new) == 1
@@ -136,7 +132,9 @@ async def test_service_only_change_rolls_a_recreate_pool(client: Client, namespa
                 return sbs
             return None
 
-        sbs = await until(rolled, "Recreate to roll the pool onto service: true")
+        sbs = await eventually(
+            rolled, within=60, what="Recreate to roll the pool onto service: true"
+        )
     for sb in sbs:
         assert sb["metadata"]["labels"][keys.LABEL_SANDBOX_TEMPLATE_HASH] == new_hash
         assert sb["status"].get("service") == sb["metadata"]["name"]
@@ -154,10 +152,17 @@ async def test_old_label_only_sandboxes_are_not_churned(client: Client, namespac
                 {"metadata": {"labels": {keys.LABEL_SANDBOX_TEMPLATE_HASH: None}}},
                 namespace,
             )
-        await asyncio.sleep(2.0)  # give a wrong implementation time to churn
-        now = await pool_sandboxes(client, namespace, "pool")
-        assert names(now) == old
-        assert all(keys.LABEL_SANDBOX_TEMPLATE_HASH not in s["metadata"]["labels"] for s in now)
+        await stays(  # give a wrong implementation time to churn
+            lambda: pool_sandboxes(client, namespace, "pool"),
+            accept=lambda now: (
+                names(now) == old
+                and all(
+                    keys.LABEL_SANDBOX_TEMPLATE_HASH not in s["metadata"]["labels"] for s in now
+                )
+            ),
+            for_=2.0,
+            what="the old-label-only sandboxes kept, unlabelled",
+        )
 
         await change_template(client, namespace, tpl, volumeClaimTemplates=[VCT])
 
@@ -167,4 +172,6 @@ async def test_old_label_only_sandboxes_are_not_churned(client: Client, namespac
                 return sbs
             return None
 
-        await until(rolled, "Recreate to roll old-label-only sandboxes onto the new VCTs")
+        await eventually(
+            rolled, within=60, what="Recreate to roll old-label-only sandboxes onto the new VCTs"
+        )

@@ -8,8 +8,6 @@ resourceVersion precondition); a template change reaches every pool using it and
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 from agentsandbox.api import keys
@@ -18,6 +16,7 @@ from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SA
 from agentsandbox.controllers.warmpool.plan import Plan
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.resources import CONFIGMAPS
+from tests.polling import eventually, stays
 
 from .test_warmpool import (
     controllers,
@@ -67,9 +66,14 @@ async def test_sandbox_taken_from_the_pool_gets_exactly_one_replacement(
         taken = members[0]["metadata"]["name"]
         await client.patch(SANDBOXES, taken, _claim_like_patch(taker), namespace)
         after = await wait_ready_pool(client, namespace, "pool", 3)
-        await asyncio.sleep(1.5)  # a second replacement would show up now
-        now = await pool_sandboxes(client, namespace, "pool")
-        names_seen |= {s["metadata"]["name"] for s in after + now}
+        names_seen |= {s["metadata"]["name"] for s in after}
+        now = await stays(  # a second replacement would show up now
+            lambda: pool_sandboxes(client, namespace, "pool"),
+            accept=lambda now: len(names_seen | {s["metadata"]["name"] for s in now}) == 4,
+            for_=1.5,
+            what="exactly one replacement",
+        )
+        names_seen |= {s["metadata"]["name"] for s in now}
     assert taken not in {s["metadata"]["name"] for s in now}
     assert len(now) == 3
     assert len(names_seen) == 4, f"exactly one replacement, saw {sorted(names_seen)}"
@@ -123,16 +127,19 @@ async def test_template_change_reaches_every_pool_using_it_and_no_other(
         tpl = await client.get(SANDBOX_TEMPLATES, "shared", namespace)
         tpl["spec"]["podTemplate"]["spec"]["containers"][0]["image"] = "app:v2"
         await client.update(SANDBOX_TEMPLATES, tpl, namespace)
-        deadline = time.monotonic() + 60
-        while True:
-            rolled = [
+
+        async def images() -> list[list[str]]:
+            return [
                 [image_of(s) for s in await pool_sandboxes(client, namespace, name)]
                 for name in ("a", "b")
             ]
-            if all(images == ["app:v2", "app:v2"] for images in rolled):
-                break
-            assert time.monotonic() < deadline, f"pools did not roll: {rolled}"
-            await asyncio.sleep(0.1)
+
+        await eventually(
+            images,
+            accept=lambda rolled: all(images == ["app:v2", "app:v2"] for images in rolled),
+            within=60,
+            what="pools a and b rolled to app:v2",
+        )
         await wait_ready_pool(client, namespace, "a", 2)
         await wait_ready_pool(client, namespace, "b", 2)
         untouched = await pool_sandboxes(client, namespace, "c")

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from agentsandbox.devcluster.cluster import DevCluster, free_port
+from tests.polling import eventually_sync
 
-from .test_deploy import ROOT, until
+from .test_deploy import ROOT
 
 WHEELHOUSE = ROOT / ".wheelhouse"
 
@@ -131,7 +132,7 @@ def test_the_wheel_installs_offline_and_the_controller_becomes_ready(
             except OSError:
                 return None
 
-        body = until(readyz, "/readyz OK from the wheel's controller", timeout=60)
+        body = eventually_sync(readyz, within=60, what="/readyz OK from the wheel's controller")
         assert "informers-synced" in body, body
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as r:
             assert b"agent_sandbox_build_info" in r.read()

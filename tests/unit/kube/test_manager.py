@@ -15,6 +15,7 @@ from agentsandbox.kube.client import Client
 from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.manager import Manager, parse_bind_address
 from agentsandbox.kube.reconcile import Request, Result
+from tests.polling import stays
 
 
 @pytest.mark.parametrize(
@@ -73,8 +74,7 @@ async def test_stop_waits_for_the_reconcile_in_flight() -> None:
     task = asyncio.create_task(mgr.run(handle_signals=False))
     await asyncio.wait_for(reconciler.started.wait(), 5)
     mgr.stop()
-    await asyncio.sleep(0.05)
-    assert not task.done()
+    await stays(lambda: not task.done(), for_=0.05, what="the manager waiting for the reconcile")
     reconciler.release.set()
     await asyncio.wait_for(task, 5)
     assert reconciler.outcome == "finished"
@@ -86,7 +86,7 @@ async def test_a_second_stop_does_not_wait_for_reconciles() -> None:
     task = asyncio.create_task(mgr.run(handle_signals=False))
     await asyncio.wait_for(reconciler.started.wait(), 5)
     mgr.stop()
-    await asyncio.sleep(0.05)
+    await stays(lambda: not task.done(), for_=0.05, what="the manager waiting for the reconcile")
     mgr.stop()
     await asyncio.wait_for(task, 5)
     assert reconciler.outcome == "cancelled"

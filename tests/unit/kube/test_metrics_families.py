@@ -20,6 +20,7 @@ from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.leaderelection import LeaderElector
 from agentsandbox.kube.reconcile import Request, Result
+from tests.polling import eventually
 
 # controller-runtime v0.23.3, ReconcileTime: copied from the Go source, not computed.
 GO_RECONCILE_TIME_BUCKETS = [
@@ -166,11 +167,9 @@ async def test_leader_slowpath_counts_renewals_that_read_the_lease_first() -> No
     try:
         await asyncio.wait_for(elector.wait_leading(), 5)
         assert slowpath() == 0.0  # acquiring (creating the Lease) is not a renewal
-        for _ in range(100):
-            await asyncio.sleep(0.02)
-            if (slowpath() or 0) >= 2:
-                break
-        assert (slowpath() or 0) >= 2
+        await eventually(
+            lambda: (slowpath() or 0) >= 2, within=2.0, what="two slow-path renewals", interval=0.02
+        )
     finally:
         await elector.stop()
     assert family_labels()["leader_election_slowpath"] == {"name"}

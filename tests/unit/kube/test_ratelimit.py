@@ -8,6 +8,7 @@ import time
 import pytest
 
 from agentsandbox.kube.ratelimit import TokenBucket
+from tests.polling import yield_to_loop
 
 
 class FakeTime:
@@ -22,7 +23,7 @@ class FakeTime:
 
     async def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
-        await asyncio.sleep(0)
+        await yield_to_loop()
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
@@ -98,7 +99,7 @@ async def test_a_cancelled_waiter_gives_its_token_back() -> None:
     await limiter.acquire()
     before = limiter.tokens
     waiter = asyncio.create_task(limiter.acquire())
-    await asyncio.sleep(0)
+    await yield_to_loop()
     assert limiter.tokens < before
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -24,6 +24,7 @@ from agentsandbox.kube.workqueue import (
     WorkQueue,
     default_controller_rate_limiter,
 )
+from tests.polling import stays, yield_to_loop
 
 
 class FakeClock:
@@ -143,8 +144,7 @@ async def test_key_is_never_reconciled_by_two_workers_at_once() -> None:
             if key in in_flight:
                 overlaps.append(key)
             in_flight.add(key)
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
+            await yield_to_loop(2)
             in_flight.discard(key)
             processed.append(key)
             q.done(key)
@@ -154,7 +154,7 @@ async def test_key_is_never_reconciled_by_two_workers_at_once() -> None:
     for start in range(0, len(keys), 6):
         for key in keys[start : start + 6]:
             q.add(key)
-        await asyncio.sleep(0)
+        await yield_to_loop()
     await q.shutdown_with_drain()  # waiting keys are still handed out until none is left
     await asyncio.gather(*workers)
     assert overlaps == []
@@ -165,7 +165,7 @@ async def test_key_is_never_reconciled_by_two_workers_at_once() -> None:
 async def test_get_waits_for_an_add() -> None:
     q = new_queue()
     getter = asyncio.create_task(q.get())
-    await asyncio.sleep(0)
+    await yield_to_loop()
     assert not getter.done()
     q.add("x")
     assert await asyncio.wait_for(getter, 1) == "x"
@@ -175,7 +175,7 @@ async def test_cancelled_getter_passes_its_wakeup_to_another_getter() -> None:
     q = new_queue()
     first = asyncio.create_task(q.get())
     second = asyncio.create_task(q.get())
-    await asyncio.sleep(0)
+    await yield_to_loop()
     q.add("x")  # wakes ``first``...
     first.cancel()  # ...which is cancelled before it can take the key
     assert await asyncio.wait_for(second, 1) == "x"
@@ -348,7 +348,7 @@ def test_add_rate_limited_waits_the_backoff_and_forget_resets_it() -> None:
 async def test_shutdown_wakes_every_blocked_getter() -> None:
     q = new_queue()
     getters = [asyncio.create_task(q.get()) for _ in range(3)]
-    await asyncio.sleep(0)
+    await yield_to_loop()
     q.shutdown()
     results = await asyncio.wait_for(asyncio.gather(*getters, return_exceptions=True), 1)
     assert all(isinstance(r, ShutDown) for r in results)
@@ -397,11 +397,9 @@ async def test_shutdown_with_drain_waits_for_in_flight_keys() -> None:
     a = await q.get()
     b = await q.get()
     drain = asyncio.create_task(q.shutdown_with_drain())
-    await asyncio.sleep(0.01)
-    assert not drain.done()
+    await stays(lambda: not drain.done(), for_=0.01, what="the drain waiting for two keys")
     q.done(a)
-    await asyncio.sleep(0.01)
-    assert not drain.done(), "one key is still being processed"
+    await stays(lambda: not drain.done(), for_=0.01, what="one key is still being processed")
     q.done(b)
     await asyncio.wait_for(drain, 1)
     assert q.processing_count == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from agentsandbox.controllers.common.batch import BatchCancelled, slow_start_batch
+from tests.polling import yield_to_loop
 
 
 async def test_slow_start_batch_all_succeed_with_batch_trimming() -> None:
@@ -17,9 +18,9 @@ async def test_slow_start_batch_all_succeed_with_batch_trimming() -> None:
         nonlocal in_flight
         calls.append(i)
         in_flight += 1
-        await asyncio.sleep(0)
+        await yield_to_loop()
         batches.append(in_flight)
-        await asyncio.sleep(0)
+        await yield_to_loop()
         in_flight -= 1
 
     successes, err = await slow_start_batch(14, 1, fn)

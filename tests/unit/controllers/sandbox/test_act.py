@@ -8,7 +8,6 @@ named after the rule they check.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,6 +23,7 @@ from agentsandbox.controllers.sandbox.plan import plan
 from agentsandbox.kube.errors import AlreadyExists, Conflict, InternalError, KubeError, NotFound
 from agentsandbox.kube.reconcile import Request, retry_within
 from agentsandbox.kube.resources import PERSISTENTVOLUMECLAIMS, PODS, SERVICES, Resource
+from tests.polling import eventually
 from tests.unit.controllers.sandbox.test_plan import (
     NOW,
     NS,
@@ -326,10 +326,13 @@ async def test_a_pod_still_not_ready_after_the_grace_gets_its_not_ready_status()
     r = rig(sandbox(), grace=0.02)
     await r.run()
     assert _statuses(r) == []
-    await asyncio.sleep(0.03)
     r.reconciler.pods = _Cache(pod(phase="Pending"))  # type: ignore[assignment]
-    await r.run()
-    [body] = _statuses(r)
+
+    async def written() -> list[dict[str, Any]]:  # held back until the grace is over
+        await r.run()
+        return _statuses(r)
+
+    [body] = await eventually(written, within=5.0, what="the first status after the grace")
     assert ready_of(body["status"])[:2] == ("False", "DependenciesNotReady")
 
 
