@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Callable
 
 import pytest
@@ -18,6 +19,7 @@ from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.errors import Conflict, NotFound
 from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.workqueue import ItemExponentialFailureRateLimiter
+from tests.polling import eventually, yield_to_loop
 from tests.unit.kube.controller_helpers import MemorySource, noop, obj
 
 
@@ -152,6 +154,7 @@ async def test_workers_never_run_one_key_twice_at_once_but_run_keys_in_parallel(
     overlap: list[Request] = []
     peak = 0
     calls = 0
+    busy = asyncio.Event()  # the reconciles hold their key until the test lets them finish
 
     async def reconcile(request: Request) -> Result:
         nonlocal peak, calls
@@ -160,7 +163,7 @@ async def test_workers_never_run_one_key_twice_at_once_but_run_keys_in_parallel(
             overlap.append(request)
         running.add(request)
         peak = max(peak, len(running))
-        await asyncio.sleep(0.02)
+        await busy.wait()
         running.discard(request)
         return Result()
 
@@ -170,11 +173,14 @@ async def test_workers_never_run_one_key_twice_at_once_but_run_keys_in_parallel(
         for _ in range(3):
             for i in range(8):
                 controller.enqueue(Request("ns", f"k{i}"))
-            await asyncio.sleep(0.005)
-        for _ in range(200):
-            if not len(controller.queue) and not controller.queue.processing_count:
-                break
-            await asyncio.sleep(0.01)
+            await yield_to_loop()
+        await eventually(lambda: len(running) == 4, within=5, what="four keys reconciling at once")
+        busy.set()
+        await eventually(
+            lambda: not len(controller.queue) and not controller.queue.processing_count,
+            within=5,
+            what="the queue drained",
+        )
     finally:
         await controller.stop()
     assert overlap == []
@@ -203,10 +209,7 @@ async def test_a_failing_key_is_retried_with_backoff_without_stopping_the_worker
     try:
         controller.enqueue(Request("ns", "bad"))
         controller.enqueue(Request("ns", "good"))
-        for _ in range(300):
-            if len(attempts) >= 4:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: len(attempts) >= 4, within=3, interval=0.01, what="four attempts")
     finally:
         await controller.stop()
     assert len(attempts) == 4
@@ -218,10 +221,11 @@ async def test_a_failing_key_is_retried_with_backoff_without_stopping_the_worker
 async def test_stop_lets_running_reconciles_finish() -> None:
     finished: list[str] = []
     started = asyncio.Event()
+    release = asyncio.Event()
 
     async def reconcile(request: Request) -> Result:
         started.set()
-        await asyncio.sleep(0.1)
+        await release.wait()
         finished.append(request.name)
         return Result()
 
@@ -229,7 +233,11 @@ async def test_stop_lets_running_reconciles_finish() -> None:
     await controller.start()
     controller.enqueue(Request("ns", "a"))
     await started.wait()
-    await controller.stop(drain_timeout=5)
+    stopping = asyncio.create_task(controller.stop(drain_timeout=5))
+    await yield_to_loop(3)
+    assert not stopping.done()  # stop waits for the running reconcile
+    release.set()
+    await stopping
     assert finished == ["a"]
 
 
@@ -240,7 +248,7 @@ async def test_stop_without_drain_cancels_running_reconciles() -> None:
     async def reconcile(request: Request) -> Result:
         started.set()
         try:
-            await asyncio.sleep(30)
+            await asyncio.Event().wait()  # never set: runs until cancelled
         except asyncio.CancelledError:
             cancelled.set()
             raise
@@ -264,12 +272,14 @@ async def test_a_restarted_controller_gets_every_cached_object_again() -> None:
     source = MemorySource(obj("a"), obj("b"))
     controller = Controller("restart", reconcile)
     controller.watch(source)
-    for _ in range(2):
+    for start in range(1, 3):
         await controller.start()
-        for _ in range(100):
-            if len(seen) % 2 == 0 and seen and not controller.queue.processing_count:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(
+            lambda start=start: len(seen) == 2 * start and not controller.queue.processing_count,
+            within=1,
+            interval=0.01,
+            what="both cached objects reconciled",
+        )
         await controller.stop()
         assert source.handlers == []
     assert sorted(seen) == [Request("ns", "a")] * 2 + [Request("ns", "b")] * 2
@@ -284,21 +294,26 @@ async def test_min_interval_coalesces_events_after_a_recent_pass_into_one_later_
     controller.enqueue(a)
     assert len(controller.queue) == 1  # never passed: at once
     got = await controller.queue.get()
+    a_started = time.monotonic()
     await controller.process(got)
     controller.queue.done(got)
     for _ in range(5):  # a burst of events right after the pass
         controller.enqueue(a)
     controller.enqueue(b)
     assert len(controller.queue) == 1 and controller.queue.delayed_count == 1
-    await asyncio.sleep(0.3)
+    await eventually(lambda: len(controller.queue) == 2, within=2, what="a back after the interval")
     assert len(controller.queue) == 2  # a is back, once
     assert controller.queue.delayed_count == 0
     for _ in range(2):
         got = await controller.queue.get()
+        if got == a:
+            a_started = time.monotonic()
         await controller.process(got)
         controller.queue.done(got)
     assert len(controller.queue) == 0
-    await asyncio.sleep(0.25)
+    await eventually(
+        lambda: time.monotonic() - a_started > 0.25, within=2, what="a's interval over"
+    )
     controller.enqueue(a)  # interval over (a's last pass started 0.25 s ago): at once
     assert len(controller.queue) == 1 and controller.queue.delayed_count == 0
 

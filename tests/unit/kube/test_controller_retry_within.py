@@ -8,6 +8,7 @@ import asyncio
 from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.reconcile import Request, Result, retry_within
 from agentsandbox.kube.workqueue import ItemExponentialFailureRateLimiter
+from tests.polling import eventually, stays
 
 
 class DeadlineError(Exception):
@@ -26,9 +27,11 @@ def test_retry_within_reads_a_number_and_ignores_anything_else() -> None:
     assert retry_within(err) is None
 
 
-async def _retry_gap(error: Exception, limiter_base: float) -> tuple[float | None, int]:
-    """Seconds between the failing pass and its retry (None: no retry within 2 s), and the
-    backoff count after the failure."""
+async def _retry_gap(
+    error: Exception, limiter_base: float, *, retried: bool = True
+) -> tuple[float | None, int]:
+    """Seconds between the failing pass and its retry (None: no retry within 2 s, what a test
+    passing ``retried=False`` checks), and the backoff count after the failure."""
     attempts: list[float] = []
     requeues: list[int] = []
 
@@ -43,15 +46,20 @@ async def _retry_gap(error: Exception, limiter_base: float) -> tuple[float | Non
         reconcile,
         rate_limiter=ItemExponentialFailureRateLimiter(limiter_base, 1000.0),
     )
+
+    def retries() -> int:
+        if len(attempts) == 1 and not requeues:
+            requeues.append(controller.queue.num_requeues(Request("ns", "a")))
+        return max(len(attempts) - 1, 0)
+
     await controller.start()
     try:
         controller.enqueue(Request("ns", "a"))
-        for _ in range(200):
-            if len(attempts) == 1 and not requeues:
-                requeues.append(controller.queue.num_requeues(Request("ns", "a")))
-            if len(attempts) >= 2:
-                break
-            await asyncio.sleep(0.01)
+        if retried:
+            await eventually(retries, within=2, interval=0.01, what="the retry")
+        else:
+            await eventually(lambda: attempts, within=2, interval=0.01, what="the first pass")
+            await stays(lambda: retries() == 0, for_=2, interval=0.01, what="no retry")
     finally:
         await controller.stop()
     gap = attempts[1] - attempts[0] if len(attempts) >= 2 else None
@@ -70,5 +78,5 @@ async def test_a_shorter_backoff_still_wins_over_a_later_retry_within() -> None:
 
 
 async def test_an_error_without_retry_within_waits_for_the_backoff() -> None:
-    gap, requeues = await _retry_gap(RuntimeError("plain"), limiter_base=100.0)
+    gap, requeues = await _retry_gap(RuntimeError("plain"), limiter_base=100.0, retried=False)
     assert gap is None and requeues == 1

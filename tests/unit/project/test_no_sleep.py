@@ -13,7 +13,6 @@ called or passed on.
 from __future__ import annotations
 
 import ast
-import fnmatch
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[2]
@@ -44,9 +43,6 @@ PACED: dict[tuple[str, str], str] = {
         "the fault proxy resets every open connection at a fixed period"
     ),
 }
-
-# Not ported yet: another change moves these files' waits onto tests/polling.py, then this goes.
-NOT_YET_PORTED = ("tests/unit/kube/test_controller*.py",)
 
 
 def sleeps_in(source: str, filename: str = "<snippet>") -> list[tuple[int, str]]:
@@ -95,7 +91,7 @@ def sleeps_in(source: str, filename: str = "<snippet>") -> list[tuple[int, str]]
 
 
 def _exempt(rel: str) -> bool:
-    return rel == POLLING or any(fnmatch.fnmatch(rel, pattern) for pattern in NOT_YET_PORTED)
+    return rel == POLLING
 
 
 def test_only_the_polling_module_and_the_paced_traffic_sleep() -> None:
