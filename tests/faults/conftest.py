@@ -1,9 +1,9 @@
 """The fault suite (``make test-faults``): every test here is marked ``faults``.
 
-Tests that need no control plane of their own use the session cluster of tests/integration
-(same fixtures); the API-fault tests restart kube-apiserver, so they get a private control plane
-per module (``private_cluster``), with the audit log on (blocking: a write's event is on
-disk before its answer).
+Tests that need no control plane of their own use the session's (tests/conftest.py: one per
+session, shared with tests/integration); the API-fault tests restart kube-apiserver, so they get
+a private control plane per module (``private_cluster``), with the audit log on (blocking: a
+write's event is on disk before its answer).
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from agentsandbox.devcluster.cluster import DevCluster
-from tests.integration.conftest import client, cluster, kubeconfig, namespace, started_cluster
-
-__all__ = ["client", "cluster", "kubeconfig", "namespace"]
+from tests.conftest import started_cluster
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
