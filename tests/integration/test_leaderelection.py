@@ -1,13 +1,15 @@
 """Leader election on a real Lease: one leader, fast hand-over, and work stops when it is lost.
 
 Timings are scaled down from controller-runtime's 15/10/2 s to keep the suite fast; the rules
-are the same.
+are the same. Every timing bound is derived from them (``LEASE``, ``JITTER_FACTOR``) plus a
+stated ``MARGIN``, written beside the bound and printed when it fails.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import math
 import time
 from typing import Any
 
@@ -15,16 +17,37 @@ import pytest
 
 from agentsandbox.kube.builder import ControllerBuilder
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.leaderelection import LeaderElector
+from agentsandbox.kube.leaderelection import JITTER_FACTOR, LeaderElector
 from agentsandbox.kube.manager import LeaderElectionLost, Manager
 from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.resources import CONFIGMAPS, LEASES
-from agentsandbox.kube.timefmt import format_micro_time
+from agentsandbox.kube.timefmt import format_micro_time, parse_micro_time
 from tests.polling import eventually, stays
 
 from .runtime_helpers import sample
 
 LEASE = {"lease_duration": 3.0, "renew_deadline": 2.0, "retry_period": 0.25}
+DURATION = math.ceil(LEASE["lease_duration"])  # the Lease says whole seconds (3)
+RETRY = LEASE["retry_period"]
+POLL = RETRY * JITTER_FACTOR  # a candidate's longest wait between two looks at the Lease
+# What the timings do not count: at most three API round trips (the gets and updates of the
+# Lease that the rule leaves out, a get by the test) and the test's 20 ms poll, on a shared,
+# busy 2-core machine (up to ~250 ms each).
+MARGIN = 0.75
+
+
+def within_bounds(took: float, low: float, high: float, derivation: str) -> str | None:
+    """None if ``low <= took <= high``; else what failed, with how the bounds were derived."""
+    if low <= took <= high:
+        return None
+    return f"took {took:.3f}s, outside [{low:.3f}, {high:.3f}]s = {derivation}"
+
+
+def between(earlier: str, later: str) -> float:
+    """Seconds between two of a Lease's MicroTimes (stamped by this machine's clock)."""
+    start, end = parse_micro_time(earlier), parse_micro_time(later)
+    assert start is not None and end is not None, (earlier, later)
+    return (end - start).total_seconds()
 
 
 class Replica:
@@ -92,11 +115,18 @@ async def test_exactly_one_replica_reconciles_and_the_other_takes_over_on_shutdo
 
         await a.stop()  # releases the Lease
         stopped = time.monotonic()
-        await eventually(
-            lambda: b.seen, within=LEASE["lease_duration"], what="b takes over", interval=0.05
-        )
+        await eventually(lambda: b.manager.is_leader, within=10, what="b takes over", interval=0.02)
         took = time.monotonic() - stopped
-        assert took < LEASE["lease_duration"]
+        # The release empties the holder: b takes the Lease at its next look, without waiting
+        # out the lease duration.
+        high = POLL + MARGIN
+        assert high < DURATION  # else the bound could not tell a release from an expiry
+        failed = within_bounds(
+            took, 0.0, high, f"[0, retry {RETRY} x jitter {JITTER_FACTOR} + margin {MARGIN}]"
+        )
+        print(f"\nb leads {took:.3f}s after a released the Lease (bound {high:.3f}s)")
+        assert failed is None, failed
+        await eventually(lambda: b.seen, within=10, what="b reconciles", interval=0.05)
         assert await holder(client, namespace) == "b"
         assert sample("leader_election_master_status", {"name": "runtime-test"}) == 1
         lease = await client.get(LEASES, "runtime-test", namespace)
@@ -122,12 +152,26 @@ async def test_a_crashed_leader_is_replaced_once_its_lease_expires(
     try:
         await eventually(lambda: a.seen, within=20.0, what="a reconciles")
         await a.stop()  # no release: looks like a crash to b
-        assert await holder(client, namespace) == "a"
-        gone = time.monotonic()
-        await eventually(lambda: b.seen, within=10, what="b takes over", interval=0.05)
-        took = time.monotonic() - gone
-        # b waits until the record it observed is lease_duration old, measured on its own clock.
-        assert 1.0 < took < LEASE["lease_duration"] + 1.5
+        lease = await client.get(LEASES, "runtime-test", namespace)
+        assert lease["spec"]["holderIdentity"] == "a"
+        await eventually(lambda: b.manager.is_leader, within=10, what="b takes over", interval=0.02)
+        after = await client.get(LEASES, "runtime-test", namespace)
+        took = between(lease["spec"]["renewTime"], after["spec"]["acquireTime"])
+        # b waits until the record it last saw change is the Lease's duration old on its own
+        # clock. It saw a's last renewal after a wrote it (so never sooner than DURATION after
+        # the renewTime a stamped) and at most one look (POLL) later; it takes over at its first
+        # look once DURATION has passed: one more POLL at most.
+        low, high = DURATION - 0.01, DURATION + 2 * POLL + MARGIN  # 0.01: the clocks' rounding
+        failed = within_bounds(
+            took,
+            low,
+            high,
+            f"[duration {DURATION} - 0.01, duration + 2 x retry {RETRY} x jitter "
+            f"{JITTER_FACTOR} + margin {MARGIN}] from a's last renewTime to b's acquireTime",
+        )
+        print(f"\nb acquired {took:.3f}s after a's last renewal (bounds {low:.3f}-{high:.3f}s)")
+        assert failed is None, failed
+        await eventually(lambda: b.seen, within=10, what="b reconciles", interval=0.05)
     finally:
         await b.stop()
 
@@ -148,9 +192,13 @@ async def test_losing_the_lease_stops_the_work_at_once(client: Client, namespace
     with pytest.raises(LeaderElectionLost):
         await asyncio.wait_for(a.task, 10)
     took = time.monotonic() - stolen
-    # Seeing another holder with a valid lease ends leadership at the next renewal, without
-    # waiting for the renew deadline.
-    assert took < LEASE["renew_deadline"]
+    # Seeing another holder with a valid lease ends leadership at the next renewal (a leader
+    # renews every retry period, no jitter), without waiting for the renew deadline.
+    high = RETRY + MARGIN
+    assert high < LEASE["renew_deadline"] - RETRY  # else it could not tell the two apart
+    failed = within_bounds(took, 0.0, high, f"[0, retry {RETRY} + margin {MARGIN}]")
+    print(f"\na stopped {took:.3f}s after its Lease was taken (bound {high:.3f}s)")
+    assert failed is None, failed
     assert a.cancelled == 1, "the running reconcile was cancelled"
     assert await holder(client, namespace) == "intruder"  # a lost lease is not "released"
     assert sample("leader_election_master_status", {"name": "runtime-test"}) == 0
@@ -181,7 +229,15 @@ async def test_elector_creates_renews_and_releases_the_lease(
         spec: dict[str, Any] = (await client.get(LEASES, "runtime-test", namespace))["spec"]
         return spec if spec["renewTime"] > first["renewTime"] else None
 
-    renewed = await eventually(renewed_lease, within=0.6, what="the lease renewed")
+    # the holder renews every retry period (no jitter); MARGIN for its round trip and the test's
+    t0 = time.monotonic()
+    renewed = await eventually(
+        renewed_lease,
+        within=RETRY + MARGIN,
+        what=f"the lease renewed within retry {RETRY} + margin {MARGIN} s",
+        interval=0.02,
+    )
+    print(f"\nrenewed {time.monotonic() - t0:.3f}s after the first look")
     assert renewed["acquireTime"] == first["acquireTime"]
     await elector.stop()
     assert events == ["leader=solo", "started", "stopped"]
