@@ -9,6 +9,10 @@ The invariants (issue 13):
 - every pool exactly at its replicas, all Ready (``wait_ready_pool``) and no pool sandbox
   orphaned: every live sandbox is controlled by a pool or a claim that exists (``check_owned``);
 - no duplicate creates: every sandbox ever created is accounted for (``SandboxHistory.extra``).
+
+A kill -9 test proves something only if the kill lands while work is in flight: each such test
+runs its scenario through ``kill_in_flight``, which tries up to three times (a fresh namespace
+each time) and FAILS if no kill landed.
 """
 
 from __future__ import annotations
@@ -18,26 +22,33 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Collection, Iterator, Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_WARM_POOLS, SANDBOXES
 from agentsandbox.devcluster.cluster import DevCluster, free_port
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.informer import Informer
+from agentsandbox.kube.resources import Resource
 from tests.polling import eventually
 
 from .test_controller_process import EXE
 from .test_warmpool import wait_ready_pool
 
 __all__ = [
+    "KillMissed",
     "SandboxHistory",
+    "bound_claims",
     "check_converged",
     "check_invariants",
     "check_owned",
+    "claim_progress",
     "controller_process",
+    "kill_in_flight",
+    "kill_when",
     "ready_reason",
     "wait_claims_ready",
     "wait_ready_pool",
@@ -45,6 +56,9 @@ __all__ = [
 
 CLAIM_KIND = "SandboxClaim"
 POOL_KIND = "SandboxWarmPool"
+KILL_TRIES = 3
+
+T = TypeVar("T")
 
 
 # ------------------------------------------------------------------------------------ process
@@ -94,6 +108,81 @@ def controller_process(
             proc.wait(10)
 
 
+class KillMissed(Exception):
+    """A kill that did not land while work was in flight (the work was done already, or had not
+    started): the attempt proves nothing and is tried again."""
+
+
+async def kill_in_flight(
+    cluster: DevCluster,
+    namespace: str,
+    attempt: Callable[[str], Awaitable[T]],
+    *,
+    tries: int = KILL_TRIES,
+) -> T:
+    """``attempt(namespace)``, and again in a fresh namespace each time it raises ``KillMissed``,
+    up to ``tries`` times in all; returns what the first attempt that landed returns. If none
+    landed, AssertionError listing every miss: the test FAILS, it does not pass untested."""
+    misses: list[str] = []
+    for i in range(tries):
+        ns = namespace
+        if i:
+            ns = f"t-{uuid.uuid4().hex[:10]}"
+            cluster.api("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+        try:
+            return await attempt(ns)
+        except KillMissed as miss:
+            misses.append(f"try {i + 1} ({ns}): {miss}")
+            print(f"\nthe kill missed, {tries - i - 1} tries left: {miss}")
+        finally:
+            if i:
+                cluster.api("DELETE", f"/api/v1/namespaces/{ns}")
+    raise AssertionError(f"no kill landed while work was in flight in {tries} tries: {misses}")
+
+
+def bound_claims(claims: Collection[dict[str, Any]]) -> int:
+    """How many of ``claims`` have a status naming their sandbox."""
+    return sum(1 for c in claims if ((c.get("status") or {}).get("sandbox") or {}).get("name"))
+
+
+async def kill_when(
+    client: Client,
+    resource: Resource,
+    ns: str,
+    proc: subprocess.Popen[bytes],
+    ready: Callable[[Collection[dict[str, Any]]], bool],
+    *,
+    what: str,
+    within: float = 30.0,
+) -> None:
+    """SIGKILL ``proc`` as soon as ``ready(objects)`` holds for the ``resource`` objects of
+    ``ns``, from the handler of a watch on them: within milliseconds of the write that made it
+    hold, not a poll (a list of everything) later, so that a fast controller is still at work
+    when it dies. Returns once the process is dead; AssertionError after ``within`` seconds."""
+    objects: dict[str, dict[str, Any]] = {}
+    fired = asyncio.Event()
+
+    def on_change(*objs: dict[str, Any]) -> None:
+        objects[objs[-1]["metadata"]["uid"]] = objs[-1]
+        if not fired.is_set() and proc.poll() is None and ready(objects.values()):
+            os.kill(proc.pid, signal.SIGKILL)
+            fired.set()
+
+    def on_delete(obj: dict[str, Any]) -> None:
+        objects.pop(obj["metadata"]["uid"], None)
+
+    watcher = Informer(client, resource, ns, backoff_base=0.05, backoff_cap=0.5)
+    watcher.add_handler(on_change, on_change, on_delete)
+    watcher.start()
+    try:
+        await asyncio.wait_for(fired.wait(), within)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {within}s waiting for {what}") from None
+    finally:
+        await watcher.stop()
+    proc.wait(10)
+
+
 # ------------------------------------------------------------------------------------ claims
 def ready_reason(obj: dict[str, Any]) -> tuple[str | None, str | None]:
     for cond in (obj.get("status") or {}).get("conditions") or []:
@@ -118,6 +207,29 @@ async def ready_claims(client: Client, ns: str, names: set[str]) -> list[dict[st
     ]
     missing = len(names) - len(claims)
     raise AssertionError(f"{len(not_ready) + missing} claims not Ready: {not_ready[:5]}")
+
+
+async def claim_progress(
+    client: Client, ns: str, pool_born: Collection[str] | None = None
+) -> tuple[int, int]:
+    """(claims whose status names a sandbox, sandboxes controlled by a claim whose status does
+    not name them yet: the controller is between the two writes of binding them). With
+    ``pool_born`` (uids, e.g. ``SandboxHistory.pool_born``) only those sandboxes count as between
+    the writes: an adoption of a pool member, not a cold create."""
+    claims = (await client.list(SANDBOX_CLAIMS, ns)).items
+    named = {
+        c["metadata"]["uid"]
+        for c in claims
+        if ((c.get("status") or {}).get("sandbox") or {}).get("name")
+    }
+    between = 0
+    for sb in (await client.list(SANDBOXES, ns)).items:
+        if pool_born is not None and sb["metadata"]["uid"] not in pool_born:
+            continue
+        refs = sb["metadata"].get("ownerReferences") or []
+        if any(r.get("kind") == CLAIM_KIND and r["uid"] not in named for r in refs):
+            between += 1
+    return len(named), between
 
 
 async def wait_claims_ready(
