@@ -46,7 +46,7 @@ from agentsandbox.controllers.warmpool import controller as warmpool
 from agentsandbox.controllers.warmpool.plan import Settings
 from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.errors import ApiError, NotFound
+from agentsandbox.kube.errors import AlreadyExists, ApiError, NotFound
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import EVENTS, NAMESPACES, NETWORKPOLICIES, PODS, Resource
@@ -536,9 +536,12 @@ class TestAcceptedThenReported:
     async def test_claim_whose_template_or_pool_is_in_another_namespace(
         self, client: Client, home: str, elsewhere: str, form: str
     ) -> None:
-        with contextlib.suppress(ApiError):  # shared by both forms
+        with contextlib.suppress(AlreadyExists):  # shared by both forms
             await client.create(SANDBOX_TEMPLATES, template("tpl-away"), elsewhere)
+        with contextlib.suppress(AlreadyExists):
             await client.create(SANDBOX_WARM_POOLS, pool("pool-away", "tpl-away", 0), elsewhere)
+        await client.get(SANDBOX_TEMPLATES, "tpl-away", elsewhere)  # both there (else NotFound)
+        await client.get(SANDBOX_WARM_POOLS, "pool-away", elsewhere)
         name = f"c-away-{form.lower()}"
         if form == "sandboxTemplateRef":
             body, reason, what = (
@@ -605,10 +608,11 @@ class TestAcceptedThenReported:
     async def test_cold_claim_whose_pod_spec_the_apiserver_rejects(
         self, client: Client, home: str
     ) -> None:
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(AlreadyExists):  # the pool's test may have made it
             await client.create(
                 SANDBOX_TEMPLATES, template("tpl-badpod", container=BAD_POD_CONTAINER), home
             )
+        await client.get(SANDBOX_TEMPLATES, "tpl-badpod", home)  # there (else NotFound)
         await client.create(
             SANDBOX_CLAIMS,
             claim("c-badpod", sandboxTemplateRef={"name": "tpl-badpod"}, warmpool="none"),
