@@ -8,6 +8,10 @@ AGENTSANDBOX_CLUSTER_DIR=.cluster to reuse a cluster started by ``make cluster``
 
 No skip without a declared reason: every skip (and xfail) of the run is listed at the end, and a
 skip whose reason is not in ``DECLARED_SKIPS`` fails the run.
+
+Modules whose every test is heavy are marked ``slow`` here (``SLOW_MODULES``), with the pytest
+timeout they need instead of pyproject.toml's (tests/unit/project/test_timeouts.py checks that no
+test waits on a subprocess longer than pytest lets it run).
 """
 
 from __future__ import annotations
@@ -31,7 +35,33 @@ from agentsandbox.kube.client import Client
 
 pytest_plugins = ("pytester",)  # tests/unit/project/test_skip_guard.py runs pytest inside pytest
 
-CRDS = Path(__file__).parent / "integration" / "testdata" / "crds"
+TESTS = Path(__file__).parent
+CRDS = TESTS / "integration" / "testdata" / "crds"
+
+# ------------------------------------------------------------------------------------ marks
+# module (from the repository root) -> the pytest timeout of each of its tests, in seconds: above
+# the longest timeout a test there gives its own subprocess. Every test of these is over 30 s
+# and says why in its docstring.
+SLOW_MODULES: dict[str, float] = {
+    # bench/run.py --smoke and the other benchmark scripts end to end, each with its own control
+    # plane: minutes each; the longest subprocess timeout there is 1200 s
+    "tests/integration/test_bench_smoke.py": 1500.0,
+}
+
+
+def module_of(item: pytest.Item) -> str:
+    return Path(item.fspath).resolve().relative_to(TESTS.parent).as_posix()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        timeout = SLOW_MODULES.get(module_of(item))
+        if timeout is None:
+            continue
+        item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(timeout))
+
 
 # ------------------------------------------------------------------------------------ skips
 DECLARED_SKIPS: dict[str, str] = {

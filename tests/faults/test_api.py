@@ -106,11 +106,12 @@ async def _claims(client: Client, ns: str, n: int) -> set[str]:
 
 
 # ------------------------------------------------------------------------------------ restart
+@pytest.mark.smoke  # make test runs it too: the fault suite's machinery, once
 async def test_apiserver_restart_mid_fill(
     private_cluster: DevCluster, pclient: Client, pns: str, tmp_path: Path
 ) -> None:
-    """In make test. About 25 s: a private control plane (~8 s to start), a pool of 40 filling;
-    kube-apiserver is SIGKILLed once 10 sandboxes exist and restarted after 1 s."""
+    """In make test too (``smoke``). About 25 s: a private control plane (~8 s to start), a pool
+    of 40 filling; kube-apiserver is SIGKILLed once 10 sandboxes exist and restarted after 1 s."""
     log = tmp_path / "controller.log"
     with controller_process(private_cluster, log) as proc:
         async with SandboxHistory(pclient, pns) as history:

@@ -280,6 +280,7 @@ async def test_100_claims_at_once_against_a_ready_pool_of_30(
         await _hundred_on_thirty(client, namespace)
 
 
+@pytest.mark.faults  # part of the fault suite (make test-faults)
 async def test_100_claims_with_two_controller_processes_racing(
     client: Client,
     namespace: str,
@@ -307,6 +308,7 @@ async def test_100_claims_with_two_controller_processes_racing(
 KILL_AT_BOUND = 10  # the kill waits for this many claims bound (the controller at work)
 
 
+@pytest.mark.faults  # part of the fault suite (make test-faults)
 async def test_100_claims_survive_a_kill_9_mid_burst_and_a_restart(
     client: Client,
     namespace: str,
