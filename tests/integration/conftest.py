@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import subprocess
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -29,6 +30,7 @@ from agentsandbox.kube.manager import Manager
 from .runtime_helpers import running
 
 TESTDATA = Path(__file__).parent / "testdata"
+UPSTREAM_SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "controlplane" / "upstream.sh"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -43,6 +45,29 @@ def _crd_paths() -> list[Path]:
     if root is not None and (root / "deploy" / "crds").is_dir():
         paths.append(root / "deploy" / "crds")
     return [p for p in paths if p.is_dir()]
+
+
+def upstream_dir() -> Path:
+    """Where the build cache holds upstream agent-sandbox's files: the Go module pinned in
+    hack/controlplane/upstream/version.env, which ``make controlplane`` fetches. Like the control
+    plane binaries, the script reports the cached directory, fetching first when it is missing."""
+    proc = subprocess.run(
+        ["bash", str(UPSTREAM_SCRIPT)], stdout=subprocess.PIPE, stderr=None, text=True, check=False
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0 or not lines:
+        pytest.fail(f"{UPSTREAM_SCRIPT} failed (exit code {proc.returncode})", pytrace=False)
+    path = Path(lines[-1].strip())
+    if not (path / ".module.json").is_file():
+        pytest.fail(f"{UPSTREAM_SCRIPT} printed {path}, which holds no module", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Path:
+    """Upstream agent-sandbox's files (its CRDs and example manifests) at the pinned release.
+    Cannot be found: the test FAILS (never a skip)."""
+    return upstream_dir()
 
 
 @contextlib.contextmanager
