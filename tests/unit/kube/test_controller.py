@@ -220,8 +220,12 @@ async def test_a_failing_key_is_retried_with_backoff_without_stopping_the_worker
         controller.enqueue(Request("ns", "bad"))
         controller.enqueue(Request("ns", "good"))
         for n in range(1, 4):
+
+            def waiting_for_retry(failed: int = n) -> bool:
+                return len(attempts) == failed and idle(controller)
+
             await eventually(
-                lambda n=n: len(attempts) == n and idle(controller),
+                waiting_for_retry,
                 within=5,
                 interval=0.01,
                 what=f"attempt {n} failed and waiting for its retry",
