@@ -39,7 +39,13 @@ def _report() -> Any:
 
 
 def _listing() -> dict[str, float]:
-    return {str(p): p.stat().st_mtime for p in (BENCH / "results").rglob("*")}
+    """bench/results/ but the simulator's files (deterministic, CPU only: ``bench/sim_tables.py``
+    may rewrite them while this runs, and no bench script writes them)."""
+    return {
+        str(p): p.stat().st_mtime
+        for p in (BENCH / "results").rglob("*")
+        if not p.name.startswith("sim-")
+    }
 
 
 def _run(*argv: str, timeout: float) -> subprocess.CompletedProcess[str]:
