@@ -49,5 +49,6 @@ def git_state() -> dict[str, object]:
         except (OSError, subprocess.CalledProcessError):
             return ""
 
-    status = git("status", "--porcelain", "--untracked-files=no")
+    # changes to tracked files other than the results themselves (a run rewrites those)
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results")
     return {"commit": git("rev-parse", "--short", "HEAD") or "unknown", "dirty": bool(status)}
