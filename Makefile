@@ -55,6 +55,7 @@ sdk-venvs: $(SDK_STAMPS)
 controlplane:
 	@$(CONTROLPLANE) >/dev/null
 	@hack/controlplane/build-helm.sh >/dev/null
+	@hack/controlplane/upstream.sh >/dev/null
 
 cluster: venv controlplane
 	$(PY) -m agentsandbox.cli.devcluster up

@@ -1,7 +1,7 @@
 """The warm-pool autoscaler on a real (local) control plane: a shortened burst trace, autoscaled vs
 the smallest static pool reaching the same warm share, measured by the client.
 
-    python bench/autoscale_real.py --out DIR            # the full trace (~15 min)
+    python bench/autoscale_real.py                      # the full trace (~15 min)
     python bench/autoscale_real.py --out DIR --smoke    # 1 burst of 5 claims (< 60 s)
 
 One private control plane (kube-apiserver + etcd + kwok, ``bench/harness.py``); each run has its
@@ -42,8 +42,11 @@ before the third burst's mark): the autoscaler learns a burst schedule from the 
 bursts it has seen, so the first two are served reactively — as the simulator's figures start
 after a 1 h warm-up. The whole run is reported beside, for both pools.
 
-Writes ``autoscale_real.json``, ``autoscale_real.md`` (the table) and ``autoscale_real.png`` (pool
-size and claims over time, both runs) to ``--out``.
+Writes ``autoscale_real.json``, ``autoscale_real.md`` (the table), ``autoscale_real.png`` (pool
+size and claims over time, both runs) and ``claims.csv`` to ``--out``. Without ``--out`` the JSON
+goes to ``bench/results/autoscale_real.json`` (committed, one seed: the next full run overwrites
+it; ``python bench/report.py --write`` renders ``docs/autoscaling.md``'s table from it) and the
+rest to ``bench/work/autoscale_real/``. ``--smoke`` needs ``--out`` outside ``bench/results/``.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import (
+    RESULTS,
+    WORK,
     Bench,
     BenchError,
     machine_facts,
@@ -74,6 +79,7 @@ from harness import (
     warm_claim,
     warm_pool,
 )
+from results import SmokeInResults, refuse_smoke_in_results
 
 from agentsandbox.api import keys
 from agentsandbox.api.conditions import is_sandbox_ready
@@ -692,7 +698,7 @@ async def main_async(opts: Options, out: Path, static: int | None) -> dict[str, 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, default=None, help="every file here (see the doc)")
     p.add_argument("--smoke", action="store_true", help="1 burst of 5 claims, seconds")
     p.add_argument("--bursts", type=int, default=None)
     p.add_argument("--size", type=int, default=None, help="claims per burst")
@@ -735,20 +741,35 @@ def main(argv: list[str] | None = None) -> int:
         warmup_bursts=0 if args.smoke else 2,
         smoke=args.smoke,
     )
-    out: Path = args.out
+    if args.out is None:
+        if args.smoke:
+            p.error("--smoke needs --out DIR (a smoke run never writes into bench/results/)")
+        json_dir, out = RESULTS, WORK / "autoscale_real"
+    else:
+        try:
+            refuse_smoke_in_results(args.out, smoke=args.smoke)
+        except SmokeInResults as err:
+            p.error(str(err))
+        json_dir = out = args.out
     out.mkdir(parents=True, exist_ok=True)
+    json_dir.mkdir(parents=True, exist_ok=True)
     static = args.static
     try:
         result = asyncio.run(main_async(opts, out, static))
     except BenchError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    (out / "autoscale_real.json").write_text(json.dumps(result, indent=1, default=str))
+    result["command"] = " ".join(["python", "bench/autoscale_real.py", *sys.argv[1:]])
+    result["smoke"] = opts.smoke
+    (json_dir / "autoscale_real.json").write_text(json.dumps(result, indent=1, default=str))
     md = f"{result['trace']}\n\n" + md_table(result)
     (out / "autoscale_real.md").write_text(md)
     plot(result, out / "autoscale_real.png")
     print(md)
-    print(f"wrote {out}/autoscale_real.{{json,md,png}} ({result['total_seconds']:.0f} s)")
+    print(
+        f"wrote {json_dir}/autoscale_real.json and {out}/autoscale_real.{{md,png}} "
+        f"({result['total_seconds']:.0f} s)"
+    )
     return 0
 
 

@@ -4,9 +4,11 @@ process accounting, the audit log, machine facts and the result files.
 A scenario is a module ``bench/pN_*.py`` with ``TITLE``, ``FULL`` and ``SMOKE`` (its sizes and
 ``cap_seconds``), ``async def run(b: Bench, size: dict, shared: dict) -> dict`` (the JSON, with a
 flat ``figures`` dict of headline numbers; ``shared`` holds earlier scenarios' results),
-``plot(result, png)`` and ``rows(result) -> list[tuple[str, str, str]]`` (figure, measured, goal)
-for the table. ``bench/run.py`` runs them in order against one private control plane and writes
-``bench/results/``.
+``plot(result, png)``, ``rows(result) -> list[tuple[str, str, str]]`` (figure, measured, goal)
+for its table and ``goals(result) -> list[tuple[str, str, str, bool]]`` (goal, target, measured,
+met) for the goals table. ``bench/run.py`` runs them in order against one private control plane
+and writes each result as ``<out>/<P>.json`` (``bench/results/`` by default, committed; the
+cluster, the logs and the plots go to the work directory).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from results import RESULTS as RESULTS
+from results import git_state
+
 from agentsandbox.api.conditions import is_condition_true
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from agentsandbox.devcluster.cluster import DevCluster, free_port
@@ -39,7 +44,8 @@ from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.resources import NAMESPACES, NODES
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = Path(__file__).parent / "results"
+# everything a full run leaves besides its JSON (the cluster, logs, plots): not committed
+WORK = Path(__file__).resolve().parent / "work"
 EXE = Path(sys.executable).with_name("agent-sandbox-controller")
 
 # upstream's CI-gate settings, verbatim (each checked against `agent-sandbox-controller --help`):
@@ -159,8 +165,16 @@ def proc_cpu_seconds(pid: int) -> float:
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-def proc_rss_mb(pid: int) -> tuple[float, float]:
-    """(current RSS, peak RSS = VmHWM) in MiB."""
+MIB_IN_MB = 1024 * 1024 / 1e6
+
+
+def mib_to_mb(mib: float) -> float:
+    """MiB (what /proc reports, in KiB / 1024) to MB (10^6 bytes, the unit of the goals)."""
+    return round(mib * MIB_IN_MB, 1)
+
+
+def proc_rss_mib(pid: int) -> tuple[float, float]:
+    """(current RSS, peak RSS = VmHWM) in MiB (2^20 bytes)."""
     now = peak = 0.0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -201,7 +215,8 @@ class ControllerProcess:
         return proc_cpu_seconds(self.pid)
 
     def rss(self) -> tuple[float, float]:
-        return proc_rss_mb(self.pid)
+        """(now, peak) in MiB."""
+        return proc_rss_mib(self.pid)
 
     def check(self) -> None:
         if self.popen.poll() is not None:
@@ -262,10 +277,15 @@ class AuditWindow:
 class Bench:
     """One private control plane (audit log on), a client, and the scenario helpers."""
 
-    def __init__(self, out: Path, *, smoke: bool, nodes: int = 10) -> None:
+    def __init__(
+        self, out: Path, *, smoke: bool, nodes: int = 10, work: Path | None = None
+    ) -> None:
+        """``out``: where the results' JSON goes; ``work``: the cluster, the controllers' logs
+        and the plots (``out`` itself when not given)."""
         self.out = out
+        self.work = work or out
         self.smoke = smoke
-        self.workdir = out / "cluster"
+        self.workdir = self.work / "cluster"
         self.cluster = DevCluster(
             self.workdir, nodes=nodes, crd_paths=[ROOT / "deploy" / "crds"], audit=True
         )
@@ -275,6 +295,7 @@ class Bench:
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
+        self.work.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         self.cluster.start()
         self.cluster_start_seconds = round(time.monotonic() - t0, 1)
@@ -319,12 +340,39 @@ class Bench:
         if len(ready) < self.cluster.nodes:
             raise BenchError(f"only {len(ready)} of {self.cluster.nodes} nodes Ready")
 
+    # ----------------------------------------------------------------- CPU accounting
+    def component_pids(self) -> dict[str, int]:
+        """PIDs of the control plane's processes this bench started (kube-apiserver, etcd, ...)."""
+        out: dict[str, int] = {}
+        for name, comp in self.cluster.components.items():
+            pid = comp.proc.pid if comp.proc is not None else comp.pid
+            if pid:
+                out[name] = pid
+        return out
+
+    def cpu_snapshot(self) -> dict[str, float]:
+        """CPU seconds so far of every control-plane process, the running controllers
+        (``controller``), this process (``bench``, the load generator) and the machine."""
+        snap: dict[str, float] = {}
+        for name, pid in self.component_pids().items():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                snap[name] = proc_cpu_seconds(pid)
+        ctl = 0.0
+        for c in self.controllers:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                ctl += c.cpu()
+        snap["controller"] = ctl
+        snap["bench"] = proc_cpu_seconds(os.getpid())
+        snap["machine"] = machine_cpu_seconds()
+        snap["wall"] = time.monotonic()
+        return snap
+
     # ----------------------------------------------------------------- controller
     @contextlib.contextmanager
     def controller(
         self, name: str, flags: Sequence[str] = GATE_FLAGS, extra: Sequence[str] = ()
     ) -> Iterator[ControllerProcess]:
-        log = self.out / f"{name}-controller.log"
+        log = self.work / f"{name}-controller.log"
         metrics, health = free_port(), free_port()
         # ours last (a later flag wins): whatever a flag set says, the bench's controller
         # talks to the bench cluster, binds loopback only and does not elect a leader
@@ -411,17 +459,28 @@ def count_by(events: Sequence[dict[str, Any]]) -> Counter[tuple[str, str, str]]:
     return out
 
 
-def git_commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+def cpu_usage(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """What each process spent between two ``Bench.cpu_snapshot()`` calls: CPU seconds, the
+    cores it used on average (seconds / wall), and its share of the machine's busy CPU."""
+    wall = after["wall"] - before["wall"]
+    machine = after["machine"] - before["machine"]
+    cpus = os.cpu_count() or 1
+    procs: dict[str, Any] = {}
+    for name in sorted(after):
+        if name in ("wall", "machine") or name not in before:
+            continue
+        spent = after[name] - before[name]
+        procs[name] = {
+            "cpu_seconds": round(spent, 2),
+            "cores": round(spent / wall, 3) if wall > 0 else None,
+            "share_of_machine_busy": round(spent / machine, 3) if machine > 0 else None,
+        }
+    return {
+        "wall_seconds": round(wall, 2),
+        "machine_busy_cpu_seconds": round(machine, 2),
+        "machine_busy_share": round(machine / (wall * cpus), 3) if wall > 0 else None,
+        "processes": procs,
+    }
 
 
 def machine_facts(cluster: DevCluster) -> dict[str, Any]:
@@ -445,7 +504,7 @@ def machine_facts(cluster: DevCluster) -> dict[str, Any]:
         "python": platform.python_version(),
         "control_plane": versions,
         "kwok_nodes": cluster.nodes,
-        "commit": git_commit(),
+        **git_state(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "ssl": ssl.OPENSSL_VERSION,
     }

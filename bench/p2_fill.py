@@ -141,3 +141,20 @@ def plot(result: dict[str, Any], png: Path) -> None:
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
+
+
+GOALS = (("P2 fill 0 -> 1000", "<= 1.15 x ceiling"), ("P2 creates for a pool of 1000", "= 1000"))
+
+
+def goals(result: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    f = result["figures"]
+    n = result["replicas"]
+    return [
+        (
+            f"P2 fill 0 -> {n}",
+            f"<= {GOAL_RATIO} x ceiling",
+            f"{f['ratio']:.2f} x: {f['pool_seconds']} s vs {f['ceiling_seconds']} s",
+            f["ratio"] <= GOAL_RATIO,
+        ),
+        (f"P2 creates for a pool of {n}", f"= {n}", str(f["creates_seen"]), f["creates_seen"] == n),
+    ]

@@ -106,3 +106,19 @@ def plot(result: dict[str, Any], png: Path) -> None:
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
+
+
+GOALS = (("P3 refill of 750 after the gate shape", "<= 1.15 x ceiling"),)
+
+
+def goals(result: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    f = result["figures"]
+    ratio = f["ratio"]
+    return [
+        (
+            f"P3 refill of {f['refilled_sandboxes']} after the gate shape",
+            f"<= {GOAL_RATIO} x ceiling",
+            f"{ratio} x: {f['refill_seconds']} s vs {f['ceiling_seconds']} s",
+            ratio is not None and ratio <= GOAL_RATIO,
+        )
+    ]

@@ -254,3 +254,29 @@ def plot(result: dict[str, Any], png: Path) -> None:
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
+
+
+GOALS = (
+    ("P4 creates, 20 pools x 25 at once", "exactly 500"),
+    ("P4 live members of one pool, ever", "<= 25"),
+)
+
+
+def goals(result: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    f = result["figures"]
+    want = result["expected_creates"]
+    replicas = result["replicas"]
+    return [
+        (
+            f"P4 creates, {result['pools']} pools x {replicas} at once",
+            f"exactly {want}",
+            f"{f['creates_informer']} (watch), {f['creates_audit']} (audit log)",
+            f["creates_informer"] == want and f["creates_audit"] == want,
+        ),
+        (
+            "P4 live members of one pool, ever",
+            f"<= {replicas}",
+            str(f["max_members_per_pool"]),
+            f["max_members_per_pool"] <= replicas,
+        ),
+    ]

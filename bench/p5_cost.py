@@ -31,6 +31,7 @@ from harness import (
     Bench,
     BenchError,
     machine_cpu_seconds,
+    mib_to_mb,
     ready_sandbox,
     template,
     wait_pool_status,
@@ -85,10 +86,6 @@ class ClaimWatch:
             self.sandbox_of[name] = sandbox
             if len(self.ready_at) == len(self.wanted):
                 self.all_ready.set()
-
-
-def mib(x: float) -> float:
-    return round(x * 1024 * 1024 / 1e6, 1)  # MiB → MB
 
 
 async def run(b: Bench, size: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any]:
@@ -203,8 +200,8 @@ async def run(b: Bench, size: dict[str, Any], shared: dict[str, Any]) -> dict[st
         "figures": {
             "cpu_ms_per_pool_sandbox": per_sandbox_ms,
             "cpu_ms_per_warm_claim": per_claim_ms,
-            "peak_rss_mb_filled": mib(rss_filled[1]),
-            "peak_rss_mb_end": mib(rss_end[1]),
+            "peak_rss_mb_filled": mib_to_mb(rss_filled[1]),
+            "peak_rss_mb_end": mib_to_mb(rss_end[1]),
             "fill_seconds": round(fill_s, 2),
             "controller_cpu_share_fill": round(fill_cpu / fill_mach, 3) if fill_mach else 0.0,
             "controller_cpu_share_claims": round(claim_cpu / claim_mach, 3) if claim_mach else 0.0,
@@ -280,3 +277,29 @@ def plot(result: dict[str, Any], png: Path) -> None:
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
+
+
+GOALS = (
+    ("P5 CPU per pool sandbox", "<= 5 ms"),
+    ("P5 peak RSS with 1000 sandboxes cached", "<= 110 MB"),
+)
+
+
+def goals(result: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    f = result["figures"]
+    n = result["pool"]
+    return [
+        (
+            "P5 CPU per pool sandbox",
+            f"<= {GOAL_CPU_MS:g} ms",
+            f"{f['cpu_ms_per_pool_sandbox']} ms (controller "
+            f"{f['controller_cpu_share_fill']:.0%} of the machine's busy CPU during the fill)",
+            f["cpu_ms_per_pool_sandbox"] <= GOAL_CPU_MS,
+        ),
+        (
+            f"P5 peak RSS with {n} sandboxes cached",
+            f"<= {GOAL_RSS_MB:g} MB",
+            f"{f['peak_rss_mb_filled']} MB",
+            f["peak_rss_mb_filled"] <= GOAL_RSS_MB,
+        ),
+    ]

@@ -321,7 +321,7 @@ async def run(b: Bench, size: dict[str, Any], shared: dict[str, Any]) -> dict[st
         "claims_ready_seconds": round(claims_ready_s, 2),
         "settled_seconds": round(settled_s, 2),
         "audit_events_in_namespace": len(events),
-        "controller_rss_mb": {"now": rss_now, "peak": rss_peak},
+        "controller_rss_mib": {"now": rss_now, "peak": rss_peak},
         "flags": list(proc.flags),
         "figures": figures,
         "writes": table,
@@ -399,3 +399,19 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
             )
         )
     return out
+
+
+GOALS = (("P6 sandbox+claim writes per warm claim", "<= 3"),)
+
+
+def goals(result: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    f = result["figures"]
+    per = f["claim_path_sandbox_and_claim_writes_per_claim"]
+    return [
+        (
+            "P6 sandbox+claim writes per warm claim",
+            f"<= {GOAL:g}",
+            f"{per:g}",
+            per <= GOAL,
+        )
+    ]

@@ -1,41 +1,507 @@
-"""Markdown tables of a bench run, for ``docs/benchmarks.md``: one row per figure, from the JSON
-``bench/run.py`` wrote (``python bench/report.py [results-dir]``)."""
+"""The generated parts of the report pages, from the committed JSON in ``bench/results/``.
+
+    python bench/report.py --write     # rewrite every generated block in the docs
+    python bench/report.py --check     # exit 1 when a doc differs from its data (the unit test)
+    python bench/report.py --show p1   # print one block (``--results DIR``: from another dir)
+
+A generated block sits between ``<!-- generated: NAME -->`` and ``<!-- end -->`` in
+``docs/benchmarks.md`` (``make bench``: ``bench/results/P1.json`` ... ``P7.json``),
+``docs/reliability.md`` (``make soak``: ``soak.json``) and ``docs/autoscaling.md``
+(``bench/sim_tables.py``: ``sim-*.json``; ``bench/autoscale_real.py``: ``autoscale_real.json``).
+Every goal keeps its row, met or missed, with the measured value; a block whose JSON is missing
+says so and how to measure it, and shows no number.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
+import statistics
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import ORDER, load
+from results import RESULTS, ROOT
+
+DOCS = ROOT / "docs"
+BENCH_ORDER = ("P1", "P2", "P3", "P4", "P5", "P6", "P7")
+START = re.compile(r"<!-- generated: ([a-z0-9-]+) -->\n")
+END = "<!-- end -->"
+
+
+def load(results: Path, name: str) -> dict[str, Any] | None:
+    path = results / f"{name}.json"
+    if not path.exists():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def not_measured(what: str, command: str) -> str:
+    return (
+        f"Not measured since the data became committed: run `{command}` (it writes "
+        f"{what}.json into `bench/results/`), then `python bench/report.py --write`."
+    )
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}".replace(",", " ")
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.2f} %"
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def provenance(r: dict[str, Any]) -> str:
+    """One line: where, when and how the numbers were measured."""
+    m = r.get("machine") or r.get("run") or {}
+    cp = m.get("control_plane") or {}
+    versions = ", ".join(
+        f"{k} {cp[k]}" for k in ("kubernetes", "etcd", "kwok") if isinstance(cp, dict) and k in cp
+    )
+    parts = [
+        f"commit `{m.get('commit', 'unknown')}`" + (" (with changes)" if m.get("dirty") else "")
+    ]
+    if r.get("date"):
+        parts.append(str(r["date"]))
+    if m.get("cpus"):
+        parts.append(f"{m['cpus']} CPUs" + (f" ({m['cpu_model']})" if m.get("cpu_model") else ""))
+    if m.get("python"):
+        parts.append(f"Python {m['python']}")
+    if versions:
+        parts.append(versions)
+    if m.get("kwok_nodes"):
+        parts.append(f"{m['kwok_nodes']} kwok nodes")
+    if m.get("load_average"):
+        parts.append(f"load average at the end {m['load_average']}")
+    command = r.get("command") or m.get("command")
+    if command:
+        parts.append(f"`{command}`")
+    seconds = r.get("seconds_total") or r.get("total_seconds") or m.get("seconds")
+    if seconds:
+        parts.append(f"{seconds} s")
+    return "Measured: " + "; ".join(parts) + "."
+
+
+# --------------------------------------------------------------------------- benchmarks.md
+def _scenario(key: str) -> Any:
+    from run import load as load_module
+
+    return load_module(key)
+
+
+def bench_goals(results: Path) -> str:
+    lines = ["| goal | target | measured | result |", "|---|---|---|---|"]
+    for key in BENCH_ORDER:
+        mod = _scenario(key)
+        r = load(results, key)
+        if r is None:
+            for name, target in mod.GOALS:
+                lines.append(
+                    f"| {name} | {target} | not measured since the data became committed "
+                    f"(`make bench SCENARIO={key}`) | — |"
+                )
+            continue
+        for name, target, measured, ok in mod.goals(r):
+            lines.append(f"| {name} | {target} | {measured} | {_met(ok)} |")
+    return "\n".join(lines)
+
+
+def bench_scenario(key: str) -> Callable[[Path], str]:
+    def render(results: Path) -> str:
+        r = load(results, key)
+        if r is None:
+            return not_measured(key, f"make bench SCENARIO={key}")
+        mod = _scenario(key)
+        lines = [provenance(r), "", "| figure | measured | goal |", "|---|---|---|"]
+        for figure, measured, goal in mod.rows(r):
+            lines.append(f"| {figure} | {measured} | {goal} |")
+        return "\n".join(lines)
+
+    return render
+
+
+def p1_ceiling_writes(results: Path) -> str:
+    from p1_ceiling import WRITES
+
+    lines = ["| # | write | why |", "|---|---|---|"]
+    for i, (resource, verb, why) in enumerate(WRITES, 1):
+        lines.append(f"| {i} | `{verb} {resource}` | {why} |")
+    return "\n".join(lines)
+
+
+def p1_cpu(results: Path) -> str:
+    """Where the CPU went during each P1 step (medians over the runs)."""
+    r = load(results, "P1")
+    if r is None:
+        return not_measured("P1", "make bench SCENARIO=P1")
+    procs = ("kube-apiserver", "etcd", "controller", "kwok", "kube-scheduler", "bench")
+    head = " | ".join(procs)
+    lines = [
+        f"| step | machine busy | {head} (cores) |",
+        "|---|---|" + "---|" * len(procs),
+    ]
+
+    def med(values: list[Any]) -> str:
+        have = [float(v) for v in values if v is not None]
+        return f"{statistics.median(have):.2f}" if have else "-"
+
+    groups: list[tuple[str, list[dict[str, Any]]]] = []
+    rates = [s["rate"] for s in r["sweeps"][0]["steps"]]
+    for rate in rates:
+        at = [s for sw in r["sweeps"] for s in sw["steps"] if s["rate"] == rate]
+        groups.append((f"ours {rate:g}/s", at))
+    crates = [s["rate"] for s in r["ceiling"]["sweeps"][0]["steps"]]
+    for rate in crates:
+        at = [s for sw in r["ceiling"]["sweeps"] for s in sw["steps"] if s["rate"] == rate]
+        groups.append((f"ceiling {rate:g}/s", at))
+    groups.append((f"gate {r['gate']['rate']:g}/s x {r['gate']['claims']}", [r["gate"]]))
+    for label, at in groups:
+        busy = med([s["cpu_claims"]["machine_busy_share"] for s in at])
+        cells = [
+            med([(s["cpu_claims"]["processes"].get(p) or {}).get("cores") for s in at])
+            for p in procs
+        ]
+        lines.append(f"| {label} | {busy} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- reliability.md
+def soak_block(results: Path) -> str:
+    r = load(results, "soak")
+    if r is None:
+        return not_measured("soak", "make soak")
+    slope = r["leader_rss_slope_mb_per_10min"]
+    served = r["claims_served"]
+    created = r["claims_created"]
+    late = r["claims_not_served_within_30s"]
+    inv = {k: v for k, v in r["invariants"].items() if k != "sandboxes_seen"}
+    inv_ok = all(v == "ok" for v in inv.values())
+    leader = bool(r["leader_unrestarted_and_leading"])
+    minutes = r["duration_s"] / 60
+    lines = [
+        provenance(r),
+        "",
+        f"| goal ({minutes:g}-minute run) | measured | result |",
+        "|---|---|---|",
+        f"| every claim served within 30 s | {served} of {created} served, {late} not within "
+        f"30 s | {_met(late == 0 and served == created)} |",
+        f"| every invariant ok | {', '.join(f'{k}: {v}' for k, v in inv.items())} "
+        f"| {_met(inv_ok)} |",
+        f"| the leader never changed | un-restarted and leading at the end: {leader} "
+        f"| {_met(leader)} |",
+        f"| leader RSS flat (< 2 MB per 10 min after minute {r['slope_from_s'] / 60:g}) "
+        f"| {slope} MB per 10 min | {_met(slope is not None and slope < 2.0)} |",
+        "",
+        f"Standby restarts: {r['standby_restarts']}; sandboxes seen: "
+        f"{r['invariants'].get('sandboxes_seen')}.",
+        "",
+        "| window | served | p50 ms | p90 ms | p99 ms | max ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for w in r["windows"]:
+        lines.append(
+            f"| {w['from_s'] / 60:g}-{w['to_s'] / 60:g} min | {w['served']} | {w['p50_ms']} "
+            f"| {w['p90_ms']} | {w['p99_ms']} | {w['max_ms']} |"
+        )
+    lines += ["", "| minute | leader RSS MiB | standby RSS MiB |", "|---|---|---|"]
+    for row in r["rss_every_minute"][:: max(1, len(r["rss_every_minute"]) // 12)]:
+        lines.append(
+            f"| {row['t'] / 60:.1f} | {row.get('leader_rss_mib')} | {row.get('standby_rss_mib')} |"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- autoscaling.md
+SIM_GOAL_SAVING = 0.30
+SIM_TRACES = ("burst", "diurnal", "burst-instant")
+
+
+def _sim_cmd(name: str) -> str:
+    return f"python bench/sim_tables.py {name}"
+
+
+def _saving(c: dict[str, Any]) -> float | None:
+    return None if c["idle_ratio"] is None else 1.0 - c["idle_ratio"]
+
+
+def _sim_ok(c: dict[str, Any]) -> bool:
+    saving = _saving(c)
+    return (
+        saving is not None
+        and c["autoscaled"]["warm_share"] >= c["target"]
+        and saving >= SIM_GOAL_SAVING
+    )
+
+
+def _fewer(saving: float) -> str:
+    return f"{saving:.0%} fewer" if saving >= 0 else f"{-saving:.0%} more"
+
+
+def _lat(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1.0 else f"{seconds:.1f} s"
+
+
+def sim_table(name: str, goal: bool = True) -> Callable[[Path], str]:
+    """The full table of one simulator run; ``goal``: its comparisons are judged against the
+    goal (the steady sanity check and the horizon comparisons are not)."""
+
+    def render(results: Path) -> str:
+        r = load(results, f"sim-{name}")
+        if r is None:
+            return not_measured(f"sim-{name}", _sim_cmd(name))
+        lines = [
+            f"`{r['run']['command']}` (commit `{r['run']['commit']}`"
+            + (", with changes" if r["run"].get("dirty") else "")
+            + f"): {r['description']}; {_num(r['claims'])} claims over "
+            f"{r['duration_s'] / 3600:g} h.",
+            "",
+            "| create → Ready | pool | warm | warm (whole run) | p99 / max latency "
+            "| idle sandbox-s | Ready idle sandbox-s | mean pool | peak replicas |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for c in r["comparisons"]:
+            for res in (c["autoscaled"], c["static"]):
+                if res is None:
+                    continue
+                lat = res["latency_s"]
+                lines.append(
+                    f"| {c['latency']} | {res['pool']} | {_pct(res['warm_share'])} "
+                    f"| {_pct(res['warm_share_whole_run'])} | {_lat(lat['p99'])} / "
+                    f"{_lat(lat['max'])} | {_num(res['idle_sandbox_seconds'])} "
+                    f"| {_num(res['ready_idle_sandbox_seconds'])} | {res['mean_pool']:.1f} "
+                    f"| {res['peak_replicas']} |"
+                )
+        lines.append("")
+        for c in r["comparisons"]:
+            tried = ", ".join(
+                f"{k} → {_pct(v)}"
+                for k, v in sorted(c["static_sizes_tried"].items(), key=lambda kv: int(kv[0]))
+            )
+            saving = _saving(c)
+            if saving is None:
+                lines.append(f"- {c['latency']}: no static pool reached {_pct(c['target'])}.")
+                continue
+            ready = 1.0 - (c["ready_idle_ratio"] or 0.0)
+            verdict = (
+                f" — goal (≥ {c['target']:.0%} warm, ≥ {SIM_GOAL_SAVING:.0%} fewer) "
+                f"{_met(_sim_ok(c))}"
+                if goal
+                else ""
+            )
+            lines.append(
+                f"- {c['latency']}: idle ratio autoscaled / static {c['static_size']} "
+                f"**{c['idle_ratio']:.2f}** ({_fewer(saving)} idle sandbox-seconds; Ready idle "
+                f"{_fewer(ready)}); autoscaled {_pct(c['autoscaled']['warm_share'])} warm"
+                f"{verdict}. Static sizes tried: {tried}."
+            )
+        return "\n".join(lines)
+
+    return render
+
+
+def sim_goals(results: Path) -> str:
+    lines = [
+        "| trace | create → Ready | autoscaled warm | idle: autoscaled / static | fewer | goal |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in SIM_TRACES:
+        r = load(results, f"sim-{name}")
+        if r is None:
+            lines.append(
+                f"| {name} | — | not measured since the data became committed "
+                f"(`{_sim_cmd(name)}`) | | | — |"
+            )
+            continue
+        for c in r["comparisons"]:
+            saving = _saving(c)
+            verdict = _met(_sim_ok(c))
+            if name == "burst-instant":
+                verdict = f"({verdict}, informational)"
+            lines.append(
+                f"| {name} | {c['latency']} | {_pct(c['autoscaled']['warm_share'])} "
+                f"| {_num(c['autoscaled']['idle_sandbox_seconds'])} / "
+                f"{_num(c['static']['idle_sandbox_seconds']) if c['static'] else '—'} "
+                f"(static {c['static_size']}) | "
+                f"{'—' if saving is None else _fewer(saving)} | {verdict} |"
+            )
+    return "\n".join(lines)
+
+
+def autoscaling_goals(results: Path) -> str:
+    lines = ["| goal | result |", "|---|---|"]
+    texts = {
+        "burst": "simulator, burst trace: ≥ 99 % warm and ≥ 30 % fewer idle sandbox-seconds "
+        "than the smallest static pool reaching 99 %",
+        "diurnal": "simulator, diurnal trace: the same",
+        "burst-instant": "simulator, burst-instant trace (informational): the same",
+    }
+    for name in SIM_TRACES:
+        r = load(results, f"sim-{name}")
+        if r is None:
+            result = f"not measured since the data became committed (`{_sim_cmd(name)}`)"
+        else:
+            parts = []
+            for c in r["comparisons"]:
+                saving = _saving(c)
+                fewer = (
+                    "no static pool reached the target"
+                    if saving is None
+                    else (f"{saving:.0%} fewer")
+                )
+                parts.append(f"{_met(_sim_ok(c))} with {c['latency']} ({fewer})")
+            result = "; ".join(parts)
+        lines.append(f"| {texts[name]} | {result} |")
+    r = load(results, "autoscale_real")
+    goal = (
+        "real cluster: ≥ 97 % warm and ≥ 15 % fewer idle sandbox-seconds than the smallest "
+        "static pool reaching the same share"
+    )
+    if r is None:
+        lines.append(
+            f"| {goal} | not measured since the data became committed "
+            "(`python bench/autoscale_real.py`) |"
+        )
+    else:
+        f = r["figures"]
+        lines.append(
+            f"| {goal} | {_met(bool(f['goal_met']))}: {f['autoscaled_warm_share'] * 100:.1f} % "
+            f"warm, {f['fewer_idle_percent']} % fewer than static {f['static_size']} "
+            f"({r['trace_params'].get('seed')} as the random seed) |"
+        )
+    return "\n".join(lines)
+
+
+def autoscale_real_block(results: Path) -> str:
+    r = load(results, "autoscale_real")
+    if r is None:
+        return not_measured("autoscale_real", "python bench/autoscale_real.py")
+    from autoscale_real import md_table
+
+    return provenance(r) + "\n\n" + f"{r['trace']}\n\n" + md_table(r).rstrip("\n")
+
+
+def sim_local_latency(results: Path) -> str:
+    from agentsandbox.sim.latency import LOCAL_SAMPLES
+
+    xs = sorted(LOCAL_SAMPLES)
+    p99 = xs[max(0, -(-99 * len(xs) // 100) - 1)]
+    return (
+        f"{len(xs)} samples, mean {statistics.fmean(xs):.2f} s, median "
+        f"{statistics.median(xs):.2f} s, p99 {p99:.2f} s (computed from "
+        "`LOCAL_SAMPLES` in `src/agentsandbox/sim/latency.py`)."
+    )
+
+
+# --------------------------------------------------------------------------- the blocks
+@dataclass(frozen=True)
+class Block:
+    doc: str
+    render: Callable[[Path], str]
+    source: tuple[str, ...]  # the JSON files (stems) it reads; () when none
+
+
+BLOCKS: dict[str, Block] = {
+    "bench-goals": Block("benchmarks.md", bench_goals, BENCH_ORDER),
+    "p1-ceiling-writes": Block("benchmarks.md", p1_ceiling_writes, ()),
+    "p1-cpu": Block("benchmarks.md", p1_cpu, ("P1",)),
+    **{key.lower(): Block("benchmarks.md", bench_scenario(key), (key,)) for key in BENCH_ORDER},
+    "soak": Block("reliability.md", soak_block, ("soak",)),
+    "autoscaling-goals": Block(
+        "autoscaling.md",
+        autoscaling_goals,
+        (*(f"sim-{t}" for t in SIM_TRACES), "autoscale_real"),
+    ),
+    "sim-local-latency": Block("autoscaling.md", sim_local_latency, ()),
+    "sim-goals": Block("autoscaling.md", sim_goals, tuple(f"sim-{t}" for t in SIM_TRACES)),
+    **{
+        f"sim-{name}": Block("autoscaling.md", sim_table(name), (f"sim-{name}",))
+        for name in SIM_TRACES
+    },
+    **{
+        f"sim-{name}": Block("autoscaling.md", sim_table(name, goal=False), (f"sim-{name}",))
+        for name in ("steady", "diurnal-horizon-local", "diurnal-horizon-lognormal")
+    },
+    "autoscale-real": Block("autoscaling.md", autoscale_real_block, ("autoscale_real",)),
+}
+
+
+def render(name: str, results: Path = RESULTS) -> str:
+    return BLOCKS[name].render(results).rstrip("\n")
+
+
+def regenerate(text: str, results: Path = RESULTS) -> tuple[str, list[str]]:
+    """``text`` with every generated block rendered again; and the names of the blocks seen."""
+    out: list[str] = []
+    seen: list[str] = []
+    pos = 0
+    for m in START.finditer(text):
+        if m.start() < pos:
+            raise ValueError(f"block {m.group(1)!r} starts inside another block")
+        name = m.group(1)
+        if name not in BLOCKS:
+            raise ValueError(f"unknown generated block {name!r}")
+        end = text.find(END, m.end())
+        if end < 0:
+            raise ValueError(f"block {name!r} has no {END}")
+        out.append(text[pos : m.end()])
+        out.append(render(name, results) + "\n")
+        pos = end
+        seen.append(name)
+    out.append(text[pos:])
+    return "".join(out), seen
+
+
+def check(results: Path = RESULTS, write: bool = False) -> list[str]:
+    """The docs whose generated blocks differ from the data (rewritten when ``write``); also
+    every block must appear exactly once, in the doc it belongs to."""
+    problems: list[str] = []
+    found: dict[str, list[str]] = {}
+    for doc in sorted({b.doc for b in BLOCKS.values()}):
+        path = DOCS / doc
+        text = path.read_text()
+        new, seen = regenerate(text, results)
+        for name in seen:
+            found.setdefault(name, []).append(doc)
+        if new != text:
+            if write:
+                path.write_text(new)
+            else:
+                problems.append(f"docs/{doc}: generated blocks differ from bench/results")
+    for name, block in BLOCKS.items():
+        if found.get(name) != [block.doc]:
+            problems.append(
+                f"block {name!r} must appear once in docs/{block.doc}: {found.get(name)}"
+            )
+    return problems
 
 
 def main() -> int:
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "results"
-    summary = json.loads((out / "summary.json").read_text())
-    m = summary["machine"]
-    print(
-        f"Machine: {m['cpus']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB, Python "
-        f"{m['python']}, control plane {m['control_plane']}, {m['kwok_nodes']} kwok nodes, "
-        f"commit {m['commit']}, load average at the end {m['load_average']}.\n"
-    )
-    for key in ORDER:
-        path = out / f"{key}.json"
-        if not path.exists():
-            err = summary["scenarios"].get(key, {}).get("error")
-            if err:
-                print(f"### {key}\n\nfailed: {err}\n")
-            continue
-        result = json.loads(path.read_text())
-        mod = load(key)
-        print(f"### {key} — {mod.TITLE} ({result['seconds_total']} s)\n")
-        print("| figure | measured | goal |\n|---|---|---|")
-        for figure, measured, goal in mod.rows(result):
-            print(f"| {figure} | {measured} | {goal} |")
-        print()
-    return 0
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", type=Path, default=RESULTS)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite the blocks in the docs")
+    mode.add_argument("--check", action="store_true", help="exit 1 when a doc has drifted")
+    mode.add_argument("--show", choices=sorted(BLOCKS), help="print one block")
+    args = p.parse_args()
+    if args.show:
+        print(render(args.show, args.results))
+        return 0
+    problems = check(args.results, write=args.write)
+    for line in problems:
+        print(line, file=sys.stderr)
+    if args.write:
+        print("docs rewritten from", args.results)
+    return 1 if problems and not args.write else 0
 
 
 if __name__ == "__main__":

@@ -3,13 +3,18 @@ local control plane (10 kwok nodes, audit log of writes on), each with the contr
 process, each from a fresh namespace once the previous scenario's namespaces are gone, each under
 its own time cap.
 
-    make bench                    # every scenario, full size (≤ 45 min on 2 cores)
+    make bench                    # every scenario, full size (about an hour on 2 cores)
     make bench SCENARIO=P1        # one (P1..P7, comma-separated for several)
     python bench/run.py --smoke --out /tmp/x   # tiny sizes (the smoke test in `make test`)
 
-Writes ``<out>/<P>.json`` (figures, machine facts, versions, flags), ``<out>/<P>.png`` and
-``<out>/summary.json``, and prints one table. Benchmarks report numbers; they are not tests:
-the exit code is non-zero only when a scenario could not run (an error or its cap).
+Writes ``<out>/<P>.json`` (figures, machine facts, versions, flags, commit, the command) and
+prints one table. ``<out>`` is ``bench/results/`` by default: those files are committed, each
+overwritten by the next full run of its scenario, and ``python bench/report.py --write`` renders
+the tables of ``docs/benchmarks.md`` from them. The cluster, the controllers' logs, ``<P>.png``
+and ``summary.json`` go to the work directory (``bench/work/``, not committed; ``<out>`` itself
+when ``--out`` is given). A smoke run never writes into ``bench/results/``: it needs ``--out``.
+Benchmarks report numbers; they are not tests: the exit code is non-zero only when a scenario
+could not run (an error or its cap).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import RESULTS, Bench, BenchError, machine_facts
+from harness import RESULTS, WORK, Bench, BenchError, machine_facts
+from results import SmokeInResults, is_results_dir, refuse_smoke_in_results
 
 # run order: P4 and P2 on an empty cluster, P1 (its gate shape leaves the burst P3 refills),
 # P3, then P5 (own controller, the Deployment's flags), P6, and P7 (10 000 sandboxes) last
@@ -94,9 +100,10 @@ async def main_async(b: Bench, keys: list[str]) -> int:
                 continue
             shared[key] = result
             result["machine"] = machine_facts(b.cluster)
+            result["command"] = " ".join(["python", "bench/run.py", *sys.argv[1:]])
             b.write(key, result)
             try:
-                mod.plot(result, b.out / f"{key}.png")
+                mod.plot(result, b.work / f"{key}.png")
             except Exception:  # a plot never loses the numbers
                 traceback.print_exc()
             summary["scenarios"][key] = result.get("figures", {})
@@ -105,9 +112,9 @@ async def main_async(b: Bench, keys: list[str]) -> int:
             print(table([r for r in rows if r[0] == key]), flush=True)
     finally:
         await b.close()
-    (b.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    (b.work / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     print("\n" + table(rows))
-    print(f"\nresults in {b.out}")
+    print(f"\nresults in {b.out} (logs, plots and the summary in {b.work})")
     return 1 if failed else 0
 
 
@@ -122,7 +129,12 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown scenario {unknown}; pick from {', '.join(ORDER)}")
     keys = [k for k in ORDER if k in keys]
-    b = Bench(args.out, smoke=args.smoke)
+    try:
+        refuse_smoke_in_results(args.out, smoke=args.smoke)
+    except SmokeInResults as err:
+        parser.error(str(err))
+    work = WORK if is_results_dir(args.out) else args.out
+    b = Bench(args.out, smoke=args.smoke, work=work)
     b.start()
     try:
         return asyncio.run(main_async(b, keys))

@@ -12,13 +12,19 @@ The load: claims at a steady rate (``--rate``, default 2/s) against a warm pool,
 ``--standby-restart`` (SIGTERM and SIGKILL in turn). Leader election runs with the real flags
 (upstream's 15/10/2 s timings).
 
-Reports, to ``<out>/soak.json`` and ``<out>/soak.md``: claims served, not served within 30 s,
-latency percentiles (create -> Ready with a sandbox) per 5-minute window, the leader's and the
-standby's RSS every minute (``--sample-every``) and the leader's RSS slope (MB per 10 minutes,
-least squares) after minute 10 (after half the run when shorter), and the invariants at the
-end (every live claim Ready with exactly one sandbox, no sandbox ever with two claim owners, the
-pool exactly at its replicas, nothing orphaned). Exit code 1 when an invariant fails or the
-leader changed.
+Reports, to ``soak.json`` and ``soak.md``: claims served, not served within 30 s, latency
+percentiles (create -> Ready with a sandbox) per 5-minute window, the leader's and the standby's
+RSS (MiB) every minute (``--sample-every``) and the leader's RSS slope (MB per 10 minutes, least
+squares) after minute 10 (after half the run when shorter), and the invariants at the end (every
+live claim Ready with exactly one sandbox, no sandbox ever with two claim owners, the pool
+exactly at its replicas, nothing orphaned). Exit code 1 when an invariant fails or the leader
+changed.
+
+Where: without ``--out``, a full run (an hour or more) writes ``bench/results/soak.json``
+(committed; ``python bench/report.py --write`` renders ``docs/reliability.md``'s soak tables
+from it) and everything else (cluster, logs, ``soak.md``) to ``bench/work/soak/``; a shorter run
+writes all of it to ``bench/work/soak/``. With ``--out DIR`` everything goes to ``DIR``, which
+may not be inside ``bench/results/`` for a shorter run.
 """
 
 from __future__ import annotations
@@ -45,14 +51,17 @@ sys.path.insert(0, str(ROOT))
 from harness import (  # noqa: E402
     EXE,
     RESULTS,
+    WORK,
     ControllerProcess,
     machine_facts,
+    mib_to_mb,
     percentile,
     ready_sandbox,
     template,
     warm_claim,
     warm_pool,
 )
+from results import SmokeInResults, refuse_smoke_in_results  # noqa: E402
 from tests.integration.invariants import (  # noqa: E402
     SandboxHistory,
     check_invariants,
@@ -73,6 +82,7 @@ from agentsandbox.kube.errors import KubeError, NotFound  # noqa: E402
 from agentsandbox.kube.informer import Informer  # noqa: E402
 from agentsandbox.kube.resources import NAMESPACES  # noqa: E402
 
+FULL_SECONDS = 3600.0  # a run this long is the soak whose JSON is committed
 WINDOW = 300.0  # latency percentiles per 5 minutes
 LATE = 30.0  # a claim not Ready within this is "not served"
 SYSTEM_NS = "soak-system"
@@ -234,7 +244,7 @@ class Soak:
             row: dict[str, Any] = {"t": round(self.now(), 1)}
             for role, proc in (("leader", self.leader), ("standby", self.standby)):
                 with contextlib.suppress(OSError):
-                    row[f"{role}_rss_mb"] = proc.rss()[0]
+                    row[f"{role}_rss_mib"] = proc.rss()[0]
             row["claims_created"] = len(self.created)
             row["claims_ready"] = len(self.ready_at)
             self.rss.append(row)
@@ -361,9 +371,9 @@ class Soak:
             start += WINDOW
         slope_from = min(600.0, self.args.duration / 2)
         points = [
-            (r["t"], r["leader_rss_mb"])
+            (r["t"], mib_to_mb(r["leader_rss_mib"]))
             for r in self.rss
-            if r["t"] >= slope_from and "leader_rss_mb" in r
+            if r["t"] >= slope_from and "leader_rss_mib" in r
         ]
         served = len(self.ready_at)
         late = [n for n, t in self.created.items() if n not in self.ready_at]
@@ -378,6 +388,7 @@ class Soak:
             "windows": windows,
             "rss_every_minute": self.rss,
             "leader_rss_slope_mb_per_10min": slope_mb_per_10min(points),
+            "command": " ".join(["python", "bench/soak.py", *sys.argv[1:]]),
             "slope_from_s": slope_from,
             "leader_pid": pid,
             "leader_unrestarted_and_leading": still_leader,
@@ -408,10 +419,14 @@ def markdown(r: dict[str, Any]) -> str:
             f"| {w['from_s'] / 60:.0f}-{w['to_s'] / 60:.0f} min | {w['served']} | {w['p50_ms']} "
             f"| {w['p90_ms']} | {w['p99_ms']} | {w['max_ms']} |"
         )
-    lines += ["", "| minute | leader RSS MB | standby RSS MB | claims Ready |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "| minute | leader RSS MiB | standby RSS MiB | claims Ready |",
+        "|---|---|---|---|",
+    ]
     for row in r["rss_every_minute"]:
         lines.append(
-            f"| {row['t'] / 60:.1f} | {row.get('leader_rss_mb')} | {row.get('standby_rss_mb')} "
+            f"| {row['t'] / 60:.1f} | {row.get('leader_rss_mib')} | {row.get('standby_rss_mib')} "
             f"| {row['claims_ready']} |"
         )
     lines += ["", "| invariant | result |", "|---|---|"]
@@ -431,8 +446,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--template-every", type=seconds, help="default min(300 s, duration/2.5)")
     p.add_argument("--standby-restart", type=seconds, help="default min(180 s, duration/3)")
     p.add_argument("--sample-every", type=seconds, help="default min(60 s, duration/12)")
-    p.add_argument("--out", type=Path, default=RESULTS / "soak")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="every file here (default: see the module doc)",
+    )
     args = p.parse_args(argv)
+    full = args.duration >= FULL_SECONDS
+    if args.out is None:
+        json_dir = RESULTS if full else WORK / "soak"
+        args.out = WORK / "soak"
+    else:
+        try:
+            refuse_smoke_in_results(args.out, smoke=not full)
+        except SmokeInResults as err:
+            p.error(f"a run shorter than {FULL_SECONDS:.0f} s is not the soak: {err}")
+        json_dir = args.out
     for key, full, part in (
         ("scale_every", 120.0, 4),
         ("template_every", 300.0, 2.5),
@@ -451,10 +481,12 @@ def main(argv: list[str] | None = None) -> int:
             if proc is not None:
                 proc.stop()
         soak.cluster.stop(keep_logs=False)
-    (args.out / "soak.json").write_text(json.dumps(result, indent=2, default=str))
+    json_dir.mkdir(parents=True, exist_ok=True)
+    (json_dir / "soak.json").write_text(json.dumps(result, indent=2, default=str))
     md = markdown(result)
     (args.out / "soak.md").write_text(md)
     print(md)
+    print(f"wrote {json_dir / 'soak.json'}; logs and soak.md in {args.out}")
     ok = result["leader_unrestarted_and_leading"] and all(
         v == "ok" for k, v in result["invariants"].items() if k != "sandboxes_seen"
     )

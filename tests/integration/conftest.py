@@ -6,7 +6,9 @@ one control plane per session, whichever directories run.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,11 +20,36 @@ from agentsandbox.kube.manager import Manager
 
 from .runtime_helpers import running
 
+UPSTREAM_SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "controlplane" / "upstream.sh"
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+
+
+def upstream_dir() -> Path:
+    """Where the build cache holds upstream agent-sandbox's files: the Go module pinned in
+    hack/controlplane/upstream/version.env, which ``make controlplane`` fetches. Like the control
+    plane binaries, the script reports the cached directory, fetching first when it is missing."""
+    proc = subprocess.run(
+        ["bash", str(UPSTREAM_SCRIPT)], stdout=subprocess.PIPE, stderr=None, text=True, check=False
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0 or not lines:
+        pytest.fail(f"{UPSTREAM_SCRIPT} failed (exit code {proc.returncode})", pytrace=False)
+    path = Path(lines[-1].strip())
+    if not (path / ".module.json").is_file():
+        pytest.fail(f"{UPSTREAM_SCRIPT} printed {path}, which holds no module", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Path:
+    """Upstream agent-sandbox's files (its CRDs and example manifests) at the pinned release.
+    Cannot be found: the test FAILS (never a skip)."""
+    return upstream_dir()
 
 
 @pytest.fixture(scope="module")

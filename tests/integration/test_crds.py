@@ -1,10 +1,16 @@
 """Our CRDs on the real local control plane.
 
+Upstream is the agent-sandbox release pinned in hack/controlplane/upstream/version.env (the Go
+module sigs.k8s.io/agent-sandbox, fetched into the build cache by ``make controlplane``; the
+``upstream`` fixture). Which of its CRDs and example documents are read is listed here by name:
+a missing one FAILS.
+
 (a) compatibility with upstream's CRDs: every field path, type, format, enum, default, bound and
     list/map semantic of upstream's schema exists in ours, and an object that sets *every*
     upstream field is accepted with strict field validation and stored unpruned, in both versions;
-(b) every document of our kinds in upstream's examples applies with strict validation, as
-    v1alpha1 and as v1beta1;
+    the fields of earlier upstream revisions that the release dropped are still served;
+(b) every document of our kinds in upstream's example manifests applies with strict validation,
+    as v1alpha1 and as v1beta1;
 (c) invalid objects are rejected with clear messages;
 (d) ``kubectl get`` shows the printer columns.
 """
@@ -30,7 +36,6 @@ from tests.polling import stays_sync
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "deploy" / "crds"
-UPSTREAM = ROOT.parent / "shared" / "upstream"
 VERSIONS = ("v1alpha1", "v1beta1")
 OUR_KINDS = {k.kind: k for k in kinds.ALL_KINDS}
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -45,10 +50,37 @@ def our_crds() -> dict[str, dict[str, Any]]:
     return {d["metadata"]["name"]: d for p in CRD_DIR.glob("*.yaml") for d in _load_docs(p)}
 
 
+# Upstream's CRDs (k8s/crds/ of the module; helm/crds/ holds the same), by name, and their files.
+UPSTREAM_CRDS = {
+    "sandboxes.agents.x-k8s.io": "agents.x-k8s.io_sandboxes.yaml",
+    "sandboxclaims.extensions.agents.x-k8s.io": "extensions.agents.x-k8s.io_sandboxclaims.yaml",
+    "sandboxtemplates.extensions.agents.x-k8s.io": (
+        "extensions.agents.x-k8s.io_sandboxtemplates.yaml"
+    ),
+    "sandboxwarmpools.extensions.agents.x-k8s.io": (
+        "extensions.agents.x-k8s.io_sandboxwarmpools.yaml"
+    ),
+}
+UPSTREAM_CRD_DIRS = ("k8s/crds", "helm/crds")
+
+
 @functools.cache
-def upstream_crds() -> dict[str, dict[str, Any]]:
-    docs = [d for p in sorted((UPSTREAM / "crds").glob("*.yaml")) for d in _load_docs(p)]
-    return {d["metadata"]["name"]: d for d in docs}
+def upstream_crds(upstream: Path, crd_dir: str = UPSTREAM_CRD_DIRS[0]) -> dict[str, dict[str, Any]]:
+    """Upstream's CRDs by name, read from the files UPSTREAM_CRDS names (a missing one raises)."""
+    out = {}
+    for name, filename in UPSTREAM_CRDS.items():
+        (doc,) = _load_docs(upstream / crd_dir / filename)
+        assert doc["metadata"]["name"] == name, filename
+        out[name] = doc
+    return out
+
+
+def test_upstream_crds_are_the_expected_ones(upstream: Path) -> None:
+    """Upstream ships exactly the CRDs listed, the same in its kustomize and its Helm layouts."""
+    for crd_dir in UPSTREAM_CRD_DIRS:
+        files = {p.name for p in (upstream / crd_dir).glob("*.yaml")}
+        assert files == set(UPSTREAM_CRDS.values()), crd_dir
+    assert upstream_crds(upstream, "helm/crds") == upstream_crds(upstream)
 
 
 # --------------------------------------------------------------------------- cluster helpers
@@ -195,33 +227,46 @@ def compare(up: dict[str, Any], ours: dict[str, Any] | None, path: str) -> Itera
         )
 
 
-UPSTREAM_CRD_NAMES = sorted(upstream_crds())
+UPSTREAM_CRD_NAMES = sorted(UPSTREAM_CRDS)
 
-# Differences from upstream (35b9757f) that we make on purpose, by CRD. Our SandboxClaim schema is
-# the union of both client generations (0.4.6's sandboxTemplateRef + warmpool, 1.0.8's
-# warmPoolRef; docs/api.md): `warmpool` has no CRD default, because absent already means
-# "default" to the controller and a default would set it beside a warmPoolRef, which a CEL rule
-# forbids. Upstream's `required: [sandboxTemplateRef]` became "exactly one reference" (CEL); that
-# is less required, which compare() accepts anyway. Sandbox `spec.replicas` has no default: it
-# now sits beside upstream HEAD's `spec.operatingMode` (#801), and a default of 1 would turn an
-# object with only `operatingMode: Suspended` into a contradiction the CEL rule rejects; unset
-# still means running to the controller, as upstream's default did.
+# Differences from upstream's release that we make on purpose, by CRD. Sandbox
+# `spec.operatingMode` has no default: it sits beside `spec.replicas` (which the release dropped
+# and the 0.4.x clients still send, see test_compat_fields_of_earlier_upstream_revisions_are_served
+# below), and a default of Running would turn an object with only `replicas: 0` into a
+# contradiction the CEL rule rejects; unset still means running to the controller.
 ALLOWED_DIFFS: dict[str, set[str]] = {
-    "sandboxes.agents.x-k8s.io": {".spec.replicas: default 1 != None"},
-    "sandboxclaims.extensions.agents.x-k8s.io": {".spec.warmpool: default 'default' != None"},
+    "sandboxes.agents.x-k8s.io": {".spec.operatingMode: default 'Running' != None"},
+}
+# Status fields of upstream's release that our CRDs do not have: our controllers do not write
+# them, and a status that sets them loses them (pruned). Known gaps, listed so that each one
+# fails this test once it is closed.
+STATUS_GAPS: dict[str, set[str]] = {
+    "sandboxes.agents.x-k8s.io": {".status.nodeName: missing"},
+    "sandboxclaims.extensions.agents.x-k8s.io": {".status.sandbox.serviceFQDN: missing"},
+    "sandboxwarmpools.extensions.agents.x-k8s.io": {
+        ".status.observedGeneration: minimum 0 != None"
+    },
+}
+# The fields of those gaps in an every-field status: unknown to ours, so rejected under strict
+# field validation and pruned without it.
+UNKNOWN_STATUS_FIELDS: dict[str, list[str]] = {
+    "sandboxes.agents.x-k8s.io": ["status.nodeName"],
+    "sandboxclaims.extensions.agents.x-k8s.io": ["status.sandbox.serviceFQDN"],
 }
 
 
 @pytest.mark.parametrize("name", UPSTREAM_CRD_NAMES)
-def test_compat_schema_has_every_upstream_field_type_enum_default_and_bound(name: str) -> None:
-    up = upstream_crds()[name]
+def test_compat_schema_has_every_upstream_field_type_enum_default_and_bound(
+    upstream: Path, name: str
+) -> None:
+    up = upstream_crds(upstream)[name]
     (up_version,) = up["spec"]["versions"]
     ours = our_crds()[name]
     assert ours["spec"]["group"] == up["spec"]["group"]
     assert ours["spec"]["scope"] == up["spec"]["scope"]
     for key, value in up["spec"]["names"].items():
         assert ours["spec"]["names"][key] == value, key
-    allowed = ALLOWED_DIFFS.get(name, set())
+    allowed = ALLOWED_DIFFS.get(name, set()) | STATUS_GAPS.get(name, set())
     for version in ours["spec"]["versions"]:
         prefix = f"{version['name']}:"
         diffs = list(
@@ -236,14 +281,129 @@ def test_compat_schema_has_every_upstream_field_type_enum_default_and_bound(name
         assert {d.removeprefix(prefix) for d in diffs} == allowed
 
 
+# Subresources we serve beyond upstream's release: Sandbox /scale, which the release dropped with
+# spec.replicas (kept for the 0.4.x clients, `kubectl scale` and the objects stored before).
+EXTRA_SUBRESOURCES: dict[str, set[str]] = {"sandboxes.agents.x-k8s.io": {"scale"}}
+
+
+def _json_path(path: str) -> str:
+    """A printer column's JSONPath with one quoting style (``'Ready'`` and ``"Ready"`` agree)."""
+    return path.replace("'", '"')
+
+
 @pytest.mark.parametrize("name", UPSTREAM_CRD_NAMES)
-def test_compat_printer_columns_and_subresources(name: str) -> None:
-    (up_version,) = upstream_crds()[name]["spec"]["versions"]
+def test_compat_printer_columns_and_subresources(upstream: Path, name: str) -> None:
+    (up_version,) = upstream_crds(upstream)[name]["spec"]["versions"]
+    extra = EXTRA_SUBRESOURCES.get(name, set())
     for version in our_crds()[name]["spec"]["versions"]:
-        ours = {(c["name"], c["type"], c["jsonPath"]) for c in version["additionalPrinterColumns"]}
+        ours = {
+            (c["name"], c["type"], _json_path(c["jsonPath"]))
+            for c in version["additionalPrinterColumns"]
+        }
         for column in up_version.get("additionalPrinterColumns", []):
-            assert (column["name"], column["type"], column["jsonPath"]) in ours
-        assert version.get("subresources") == up_version.get("subresources")
+            assert (column["name"], column["type"], _json_path(column["jsonPath"])) in ours
+        subresources = dict(version.get("subresources", {}))
+        assert set(subresources) & extra == extra
+        assert {k: v for k, v in subresources.items() if k not in extra} == up_version.get(
+            "subresources", {}
+        )
+
+
+# Fields of earlier upstream revisions (the 0.4.x clients' era) that the pinned release no longer
+# has, each as a schema fragment in the form upstream had it: ours still serves them
+# (docs/api.md), so that those clients and the objects stored then keep working. compare() holds
+# ours to each fragment as it holds ours to upstream's CRDs.
+EARLIER_FIELDS: dict[str, dict[str, Any]] = {
+    "sandboxes.agents.x-k8s.io": {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {
+            "spec": {
+                "type": "object",
+                "required": ["podTemplate"],
+                "properties": {
+                    "replicas": {"type": "integer", "format": "int32", "minimum": 0, "maximum": 1},
+                    "podTemplate": {
+                        "type": "object",
+                        "required": ["spec"],
+                        "properties": {
+                            "spec": {
+                                "type": "object",
+                                "required": ["containers"],
+                                "properties": {
+                                    # PodSpec.workloadRef: Kubernetes 1.35 (1.36 replaced it)
+                                    "workloadRef": {
+                                        "type": "object",
+                                        "required": ["name", "podGroup"],
+                                        "properties": {
+                                            "name": {"type": "string"},
+                                            "podGroup": {"type": "string"},
+                                            "podGroupReplicaKey": {"type": "string"},
+                                        },
+                                    }
+                                },
+                            }
+                        },
+                    },
+                },
+            },
+            "status": {
+                "type": "object",
+                "properties": {"replicas": {"type": "integer", "format": "int32", "minimum": 0}},
+            },
+        },
+    },
+    "sandboxclaims.extensions.agents.x-k8s.io": {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "sandboxTemplateRef": {
+                        "type": "object",
+                        "required": ["name"],
+                        "properties": {"name": {"type": "string"}},
+                    },
+                    "warmpool": {"type": "string"},
+                },
+            }
+        },
+    },
+}
+EARLIER_SCALE = {
+    "labelSelectorPath": ".status.selector",
+    "specReplicasPath": ".spec.replicas",
+    "statusReplicasPath": ".status.replicas",
+}
+
+
+# What compare() finds missing in the release, per fragment: exactly the dropped fields (a field
+# the release has again is held to it by the tests above, and leaves this list).
+DROPPED_BY_RELEASE: dict[str, set[str]] = {
+    "sandboxes.agents.x-k8s.io": {
+        ".spec.replicas: missing",
+        ".spec.podTemplate.spec.workloadRef: missing",
+        ".status.replicas: missing",
+    },
+    "sandboxclaims.extensions.agents.x-k8s.io": {
+        ".spec.sandboxTemplateRef: missing",
+        ".spec.warmpool: missing",
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(EARLIER_FIELDS))
+def test_compat_fields_of_earlier_upstream_revisions_are_served(upstream: Path, name: str) -> None:
+    (up_version,) = upstream_crds(upstream)[name]["spec"]["versions"]
+    fragment = EARLIER_FIELDS[name]
+    up_schema = up_version["schema"]["openAPIV3Schema"]
+    missing = {d for d in compare(fragment, up_schema, "") if d.endswith(": missing")}
+    assert missing == DROPPED_BY_RELEASE[name]
+    for version in our_crds()[name]["spec"]["versions"]:
+        assert list(compare(fragment, version["schema"]["openAPIV3Schema"], "")) == []
+        if name == "sandboxes.agents.x-k8s.io":
+            assert version["subresources"]["scale"] == EARLIER_SCALE
 
 
 # Strings that must match a pattern in upstream's schema (metav1.Condition).
@@ -321,9 +481,9 @@ def dropped(sent: dict[str, Any], stored: dict[str, Any], key: str) -> list[str]
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("name", UPSTREAM_CRD_NAMES)
 def test_compat_object_with_every_upstream_field_is_accepted_and_kept(
-    cluster: DevCluster, namespace: str, name: str, version: str
+    cluster: DevCluster, upstream: Path, namespace: str, name: str, version: str
 ) -> None:
-    up = upstream_crds()[name]
+    up = upstream_crds(upstream)[name]
     schema = up["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     kind = up["spec"]["names"]["kind"]
     obj = {
@@ -339,13 +499,29 @@ def test_compat_object_with_every_upstream_field_is_accepted_and_kept(
     if "status" in schema["properties"]:
         status = sample(schema["properties"]["status"])
         path = OUR_KINDS[kind].at_version(version).path(namespace, obj["metadata"]["name"])
+        unknown = UNKNOWN_STATUS_FIELDS.get(name, [])
+        validation = "Strict"
+        if unknown:
+            code, message = rejection(
+                lambda: call(
+                    cluster,
+                    "PUT",
+                    path + "/status?fieldValidation=Strict",
+                    {**created, "status": status},
+                )
+            )
+            assert code == 400, message
+            assert [f for f in unknown if f'unknown field "{f}"' not in message] == []
+            validation = "Ignore"
         updated = call(
             cluster,
             "PUT",
-            path + "/status?fieldValidation=Strict",
+            path + f"/status?fieldValidation={validation}",
             {**created, "status": status},
         )
-        assert dropped({"status": status}, updated, "status") == []
+        assert dropped({"status": status}, updated, "status") == [
+            f"{f} = '<pruned>'" for f in unknown
+        ]
 
 
 def test_compat_defaults_are_applied(cluster: DevCluster, namespace: str) -> None:
@@ -415,38 +591,151 @@ def fill_placeholders(text: str) -> str:
     return re.sub(r"\{(\w+)\}", lambda m: m.group(1).replace("_", "-"), text)
 
 
-def upstream_examples() -> list[tuple[str, int, dict[str, Any]]]:
-    out = []
-    for path in sorted((UPSTREAM / "examples").glob("*.yaml")):
-        text = fill_placeholders(path.read_text())
-        docs = [d for d in yaml.load_all(text, Loader=_LOADER) if isinstance(d, dict)]
-        for i, doc in enumerate(docs):
-            group = doc.get("apiVersion", "").rpartition("/")[0]
-            if doc.get("kind") in OUR_KINDS and group == OUR_KINDS[doc["kind"]].group:
-                out.append((path.name, i, doc))
-    return out
+def example_docs(path: Path) -> list[dict[str, Any]]:
+    """The documents of a manifest file, placeholders filled."""
+    text = fill_placeholders(path.read_text())
+    return [d for d in yaml.load_all(text, Loader=_LOADER) if isinstance(d, dict)]
 
 
-EXAMPLES = upstream_examples()
+def ours(doc: dict[str, Any]) -> bool:
+    group = str(doc.get("apiVersion", "")).rpartition("/")[0]
+    return doc.get("kind") in OUR_KINDS and group == OUR_KINDS[doc["kind"]].group
 
 
-def test_examples_were_found() -> None:
-    assert len(EXAMPLES) >= 17
-    assert {doc["kind"] for _, _, doc in EXAMPLES} == set(OUR_KINDS)
+# Every document of our kinds in upstream's manifests: (file in the module, index among the
+# file's documents, kind). Not manifests, so left out: clusterloader2's Go templates (under
+# NOT_MANIFESTS) and kustomize patches (partial objects; their bases are listed).
+UPSTREAM_EXAMPLES: list[tuple[str, int, str]] = [
+    ("clients/integrations/openhands/configs/agent-server-template.yaml", 0, "SandboxTemplate"),
+    ("clients/integrations/openhands/configs/agent-server-warmpool.yaml", 0, "SandboxWarmPool"),
+    (
+        "clients/python/agentic-sandbox-client/gateway-kind/python-sandbox-template.yaml",
+        0,
+        "SandboxTemplate",
+    ),
+    ("clients/python/agentic-sandbox-client/python-counter-pool.yaml", 0, "SandboxWarmPool"),
+    ("clients/python/agentic-sandbox-client/python-counter-template.yaml", 0, "SandboxTemplate"),
+    ("clients/python/agentic-sandbox-client/python-sandbox-template.yaml", 0, "SandboxTemplate"),
+    ("clients/python/agentic-sandbox-client/python-sandbox-warmpool.yaml", 0, "SandboxWarmPool"),
+    ("examples/agent-sandbox-gymnasium/sandbox/template.yaml", 0, "SandboxTemplate"),
+    ("examples/agent-sandbox-gymnasium/sandbox/warmpool.yaml", 0, "SandboxWarmPool"),
+    ("examples/aider-sandbox/claim.yaml", 0, "SandboxClaim"),
+    ("examples/aider-sandbox/template.yaml", 0, "SandboxTemplate"),
+    ("examples/aider-sandbox/warmpool.yaml", 0, "SandboxWarmPool"),
+    ("examples/aio-sandbox/aio-sandbox.yaml", 0, "Sandbox"),
+    ("examples/analytics-tool/analytics-tool/sandbox-python.yaml", 0, "Sandbox"),
+    ("examples/analytics-tool/jupyterlab.yaml", 1, "Sandbox"),
+    ("examples/containarium-ssh-sandbox/containarium-sandbox.yaml", 0, "Sandbox"),
+    ("examples/containarium-ssh-sandbox/gateway-demo.yaml", 0, "Sandbox"),
+    ("examples/containarium-ssh-sandbox/gateway-demo.yaml", 1, "Sandbox"),
+    ("examples/demo-cilium-egress/manifests/30-sandboxes.yaml", 0, "Sandbox"),
+    ("examples/demo-cilium-egress/manifests/30-sandboxes.yaml", 1, "Sandbox"),
+    ("examples/demo-cilium-egress/manifests/ingress/30-sandboxes-http.yaml", 0, "Sandbox"),
+    ("examples/demo-cilium-egress/manifests/ingress/30-sandboxes-http.yaml", 1, "Sandbox"),
+    ("examples/envd-sandbox/sandbox-envd.yaml", 0, "Sandbox"),
+    ("examples/firecracker-sandbox/sandbox-firecracker.yaml", 0, "Sandbox"),
+    ("examples/firecracker-sandbox/sandbox-template-firecracker.yaml", 0, "SandboxTemplate"),
+    ("examples/firecracker-sandbox/sandbox-template-firecracker.yaml", 1, "SandboxWarmPool"),
+    ("examples/gemini-cu-sandbox/sandbox-gemini-computer-use.yaml", 0, "SandboxTemplate"),
+    ("examples/gemini-cu-sandbox/sandbox-gemini-computer-use.yaml", 1, "SandboxWarmPool"),
+    ("examples/hello-world-sandbox/hello-world.yaml", 0, "Sandbox"),
+    ("examples/hermes-agent/sandbox.yaml", 0, "Sandbox"),
+    ("examples/hermes-agents-as-a-service/10-sandboxtemplate.yaml", 0, "SandboxTemplate"),
+    ("examples/hermes-agents-as-a-service/20-sandboxwarmpool.yaml", 0, "SandboxWarmPool"),
+    ("examples/hermes-agents-as-a-service/30-claim-alice.yaml", 0, "SandboxClaim"),
+    ("examples/hermes-agents-as-a-service/40-claim-rejected.yaml", 0, "SandboxClaim"),
+    ("examples/hpa-swp-scaling/python-sandbox-template.yaml", 0, "SandboxTemplate"),
+    ("examples/hpa-swp-scaling/sandboxwarmpool.yaml", 0, "SandboxWarmPool"),
+    ("examples/irsa-simulation-localstack/sandbox.yaml", 0, "Sandbox"),
+    ("examples/jupyterlab/jupyterlab-full.yaml", 1, "Sandbox"),
+    ("examples/jupyterlab/jupyterlab.yaml", 0, "Sandbox"),
+    ("examples/kata-aks/sandboxclaim.yaml", 0, "SandboxClaim"),
+    ("examples/kata-aks/sandboxtemplate.yaml", 0, "SandboxTemplate"),
+    ("examples/kata-aks/sandboxwarmpool.yaml", 0, "SandboxWarmPool"),
+    ("examples/kata-aks-sandbox/sandbox-kata-aks.yaml", 0, "Sandbox"),
+    ("examples/kata-gke-sandbox/sandbox-kata-gke.yaml", 0, "Sandbox"),
+    ("examples/keda-scale-to-zero/python-sandbox-template.yaml", 0, "SandboxTemplate"),
+    ("examples/keda-scale-to-zero/sandboxwarmpool.yaml", 0, "SandboxWarmPool"),
+    ("examples/langchain/deployment.yaml", 2, "Sandbox"),
+    ("examples/latebind-storage-gke-sandbox/sandbox-warmpool.yaml", 0, "SandboxTemplate"),
+    ("examples/latebind-storage-gke-sandbox/sandbox-warmpool.yaml", 1, "SandboxWarmPool"),
+    ("examples/manual-pdb/sandboxclaim.yaml", 0, "SandboxClaim"),
+    ("examples/manual-pdb/sandboxtemplate.yaml", 0, "SandboxTemplate"),
+    ("examples/manual-pdb/sandboxwarmpool.yaml", 0, "SandboxWarmPool"),
+    ("examples/mcp-server-sandbox/sandbox.yaml", 0, "Sandbox"),
+    ("examples/n8n-mcp/source/template.yaml", 0, "SandboxTemplate"),
+    ("examples/n8n-mcp/source/warmpool.yaml", 0, "SandboxWarmPool"),
+    ("examples/nono-sandbox/sandbox.yaml", 0, "Sandbox"),
+    ("examples/nono-sandbox/sandboxtemplate.yaml", 0, "SandboxTemplate"),
+    ("examples/nullclaw-sandbox/nullclaw-sandbox.yaml", 0, "Sandbox"),
+    ("examples/openclaw-gvisor-sandbox/openclaw-claim.yaml", 0, "SandboxClaim"),
+    ("examples/openclaw-gvisor-sandbox/openclaw-template.yaml", 0, "SandboxTemplate"),
+    ("examples/openclaw-gvisor-sandbox/openclaw-warmpool.yaml", 0, "SandboxWarmPool"),
+    ("examples/openclaw-kata-aks-sandbox/openclaw-sandbox-kata-aks.yaml", 0, "Sandbox"),
+    ("examples/pi-code-agent/sandbox.yaml", 0, "Sandbox"),
+    ("examples/playwright-sandbox/playwright-sandbox.yaml", 0, "Sandbox"),
+    ("examples/policy/kyverno/.chainsaw-tests/setup-sandbox.yaml", 0, "Sandbox"),
+    ("examples/python-runtime-sandbox/sandbox-python-kind.yaml", 0, "Sandbox"),
+    ("examples/ray-integration/direct-proxy/manifest.yaml", 0, "SandboxTemplate"),
+    ("examples/ray-integration/direct-proxy/manifest.yaml", 1, "SandboxWarmPool"),
+    ("examples/ray-integration/ray-autopilot-setup.yaml", 0, "SandboxTemplate"),
+    ("examples/ray-integration/ray-autopilot-setup.yaml", 1, "SandboxWarmPool"),
+    ("examples/sandbox-ksa/sandbox.yaml", 0, "Sandbox"),
+    ("examples/sandboxd-sandbox/deploy/a-runtime-image.yaml", 0, "SandboxTemplate"),
+    ("examples/sandboxd-sandbox/deploy/a-runtime-image.yaml", 1, "SandboxWarmPool"),
+    ("examples/sandboxd-sandbox/deploy/b-inject-binary.yaml", 0, "SandboxTemplate"),
+    ("examples/sandboxd-sandbox/deploy/b-inject-binary.yaml", 1, "SandboxWarmPool"),
+    ("examples/sandboxd-sandbox/sandbox-template.yaml", 0, "SandboxTemplate"),
+    ("examples/vscode-sandbox/base/vscode-sandbox.yaml", 0, "Sandbox"),
+    ("examples/warmpool-quickstart/llm.yaml", 0, "SandboxTemplate"),
+    ("examples/warmpool-quickstart/sandbox-claim.yaml", 0, "SandboxClaim"),
+    ("examples/warmpool-quickstart/sandboxtemplate.yaml", 0, "SandboxTemplate"),
+    ("examples/warmpool-quickstart/sandboxwarmpool.yaml", 0, "SandboxWarmPool"),
+    ("examples/warmpool-quickstart/secure-sandboxtemplate.yaml", 0, "SandboxTemplate"),
+    ("examples/windows-sandbox/windows-sandbox.yaml", 0, "Sandbox"),
+    ("test/e2e/clients/python/test_manifests/sandbox_template.yaml", 0, "SandboxTemplate"),
+    ("test/e2e/clients/python/test_manifests/sandbox_warmpool.yaml", 0, "SandboxWarmPool"),
+    ("test/e2e/clients/typescript/test-manifests/sandbox-coldpool.yaml", 0, "SandboxWarmPool"),
+    ("test/e2e/clients/typescript/test-manifests/sandbox-template.yaml", 0, "SandboxTemplate"),
+    ("test/e2e/clients/typescript/test-manifests/sandbox-warmpool.yaml", 0, "SandboxWarmPool"),
+]
+NOT_MANIFESTS = ("dev/load-test/", "test/benchmarks/")
+KUSTOMIZE_PATCHES = re.compile(r"/overlays/[^/]+/patch-[^/]+\.yaml$")
+
+
+def test_upstream_examples_are_the_expected_ones(upstream: Path) -> None:
+    """The list above is every document of our kinds in the module's manifests: none missing
+    (a file gone or changed fails here and in its own case), none unlisted."""
+    found = []
+    for path in sorted([*upstream.rglob("*.yaml"), *upstream.rglob("*.yml")]):
+        rel = path.relative_to(upstream).as_posix()
+        if rel.startswith(NOT_MANIFESTS) or KUSTOMIZE_PATCHES.search(rel):
+            continue
+        if "agents.x-k8s.io/" not in path.read_text():
+            continue
+        found += [(rel, i, d["kind"]) for i, d in enumerate(example_docs(path)) if ours(d)]
+    assert found == UPSTREAM_EXAMPLES
+    assert {kind for _, _, kind in UPSTREAM_EXAMPLES} == set(OUR_KINDS)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize(
-    ("filename", "index", "doc"), EXAMPLES, ids=[f"{f}#{i}" for f, i, _ in EXAMPLES]
+    ("filename", "index", "kind"),
+    UPSTREAM_EXAMPLES,
+    ids=[f"{f}#{i}" for f, i, _ in UPSTREAM_EXAMPLES],
 )
 def test_upstream_example_applies_with_strict_validation(
     cluster: DevCluster,
+    upstream: Path,
     namespace: str,
     filename: str,
     index: int,
-    doc: dict[str, Any],
+    kind: str,
     version: str,
 ) -> None:
+    doc = example_docs(upstream / filename)[index]
+    assert ours(doc)
+    assert doc["kind"] == kind
     obj = copy.deepcopy(doc)
     obj["apiVersion"] = f"{OUR_KINDS[obj['kind']].group}/{version}"
     obj["metadata"]["namespace"] = namespace
@@ -455,14 +744,25 @@ def test_upstream_example_applies_with_strict_validation(
     assert dropped(obj, created, "spec") == []
 
 
+@pytest.mark.parametrize("version", VERSIONS)
 def test_upstream_example_file_applies_with_kubectl_validate_strict(
-    cluster: DevCluster, namespace: str, tmp_path: Path
+    cluster: DevCluster, upstream: Path, namespace: str, tmp_path: Path, version: str
 ) -> None:
-    """kubectl's own path: client-side apply, strict validation, deprecation warning shown."""
-    docs = _load_docs(UPSTREAM / "examples" / "extensions_examples_sandboxtemplate.yaml")
-    docs += _load_docs(UPSTREAM / "examples" / "extensions_examples_sandboxwarmpool.yaml")
+    """kubectl's own path: client-side apply, strict validation, the deprecation warning shown
+    for v1alpha1 (as users' manifests of the 0.4.x era say) and only for it."""
+    quickstart = upstream / "examples" / "warmpool-quickstart"
+    docs = _load_docs(quickstart / "sandboxtemplate.yaml")
+    docs += _load_docs(quickstart / "sandboxwarmpool.yaml")
+    assert [d["kind"] for d in docs] == ["SandboxTemplate", "SandboxWarmPool"]
     text = yaml.safe_dump_all(
-        [{**d, "metadata": {**d["metadata"], "namespace": namespace}} for d in docs]
+        [
+            {
+                **d,
+                "apiVersion": f"{OUR_KINDS[d['kind']].group}/{version}",
+                "metadata": {**d["metadata"], "namespace": namespace},
+            }
+            for d in docs
+        ]
     )
     path = tmp_path / "examples.yaml"
     path.write_text(text)
@@ -470,7 +770,11 @@ def test_upstream_example_file_applies_with_kubectl_validate_strict(
     assert "sandboxtemplate.extensions.agents.x-k8s.io/secure-datascience-template created" in (
         out.stdout
     )
-    assert "SandboxWarmPool is deprecated; use extensions.agents.x-k8s.io/v1beta1" in out.stderr
+    assert "sandboxwarmpool.extensions.agents.x-k8s.io/sandboxwarmpool-example created" in (
+        out.stdout
+    )
+    warning = "SandboxWarmPool is deprecated; use extensions.agents.x-k8s.io/v1beta1"
+    assert (warning in out.stderr) == (version == "v1alpha1"), out.stderr
 
 
 # --------------------------------------------------------------------------- (c) rejections

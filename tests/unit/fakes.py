@@ -82,10 +82,16 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
-class FakeApi:
-    """An in-memory API server for a few resources (by plural), with resourceVersions."""
+#: The creationTimestamp of everything the fake API server creates unless a test passes a clock.
+CREATED_AT = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
-    def __init__(self) -> None:
+
+class FakeApi:
+    """An in-memory API server for a few resources (by plural), with resourceVersions.
+    ``now`` is its wall clock (it stamps ``creationTimestamp``): a fixed instant by default."""
+
+    def __init__(self, now: Callable[[], dt.datetime] = lambda: CREATED_AT) -> None:
+        self.now = now
         self.objects: dict[tuple[str, str, str], Obj] = {}
         self.calls: list[tuple[str, str, str]] = []  # (verb, plural, name)
         self.fail: dict[tuple[str, str], list[BaseException]] = {}  # (verb, plural) -> errors
@@ -146,7 +152,7 @@ class FakeApi:
         meta["namespace"] = ns
         meta["uid"] = f"uid-{next(self._uid)}"
         meta["resourceVersion"] = str(next(self._rv))
-        meta["creationTimestamp"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        meta["creationTimestamp"] = self.now().strftime("%Y-%m-%dT%H:%M:%SZ")
         self.objects[(resource.plural, ns, meta["name"])] = new
         return copy.deepcopy(new)
 

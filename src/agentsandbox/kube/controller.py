@@ -46,7 +46,7 @@ from .handler import Mapper, enqueue_for_object
 from .predicate import Predicate
 from .reconcile import ReconcileFunc, Reconciler, Request, Result, retry_within
 from .store import KubeObject
-from .workqueue import RateLimiter, ShutDown, WorkQueue
+from .workqueue import Clock, RateLimiter, ShutDown, WorkQueue
 
 __all__ = [
     "EXPECTED_ERRORS",
@@ -106,7 +106,8 @@ class Controller:
     """Runs ``reconciler`` for the requests its watches produce, on ``workers`` workers.
 
     ``reconciler`` is an ``async def reconcile(request) -> Result | None`` function or an object
-    with such a ``reconcile`` method. ``None`` means ``Result()``.
+    with such a ``reconcile`` method. ``None`` means ``Result()``. ``clock`` (monotonic seconds)
+    times ``min_interval`` and the work queue's delays and retries; tests pass a fake one.
     """
 
     def __init__(
@@ -119,6 +120,7 @@ class Controller:
         logger: logging.Logger | None = None,
         expected_errors: tuple[type[BaseException], ...] = EXPECTED_ERRORS,
         min_interval: float = 0.0,
+        clock: Clock = time.monotonic,
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be >= 1")
@@ -130,6 +132,7 @@ class Controller:
         # with the object's size, like a pool's pass over its members
         self.min_interval = min_interval
         self._last_start: dict[Request, float] = {}
+        self._clock = clock
         self._reconcile: ReconcileFunc = (
             reconciler.reconcile if isinstance(reconciler, Reconciler) else reconciler
         )
@@ -163,7 +166,7 @@ class Controller:
         return f"Controller({self.name!r}, workers={self.workers})"
 
     def _new_queue(self) -> WorkQueue[Request]:
-        return WorkQueue(self.name, self.name, rate_limiter=self._rate_limiter)
+        return WorkQueue(self.name, self.name, rate_limiter=self._rate_limiter, clock=self._clock)
 
     @property
     def queue(self) -> WorkQueue[Request]:
@@ -221,7 +224,7 @@ class Controller:
         if self.min_interval:
             started = self._last_start.get(request)
             if started is not None:
-                wait = started + self.min_interval - time.monotonic()
+                wait = started + self.min_interval - self._clock()
                 if wait > 0:
                     self._queue.add_after(request, wait)
                     return
@@ -313,7 +316,7 @@ class Controller:
         queue = self._queue
         self._m_active.inc()
         if self.min_interval:
-            self._note_start(request, time.monotonic())
+            self._note_start(request, self._clock())
         started = time.perf_counter()
         try:
             result = await self._reconcile(request)

@@ -1,14 +1,16 @@
 """Sandbox create -> Ready latency distributions for the simulator.
 
 ``local`` is **measured**: the time from a claim adopting a pool sandbox to the pool's replacement
-being Ready, on the local control plane (kwok nodes), taken from the claim rate sweep's results
-(``bench/results/P1.json`` of the full ``make bench`` run of 2026-12-03, commit ``3ad2720``, not
-kept in the repository; see ``docs/benchmarks.md``): the Ready
-pool-member series of the 10 claims/s and 20 claims/s steps, departures matched first-in
-first-out to the next rise. 400 samples; mean 0.22 s, median 0.11 s, p99 0.91 s. The steps at 30
-claims/s and above are left out: the traces here stay at or below 5 claims/s, and above the knee
-(20/s) the API server, not the pool, sets the pace. These samples include the reconcile and the
-create call, which the simulator adds again (its 100 ms coalescing): a slight overestimate.
+being Ready, on the local control plane (kwok nodes). The samples below are the data: they were
+extracted from the claim rate sweep's ``P1.json`` of a full ``make bench`` run (2026-12-03, commit
+``3ad2720``) whose JSON was never committed, so the extraction cannot be checked against it: the
+Ready pool-member series of the 10 claims/s and 20 claims/s steps, departures matched first-in
+first-out to the next rise. (A full run now commits ``bench/results/P1.json`` with every step's
+``pool_series``: the extraction can be redone from committed data.) ``docs/autoscaling.md``
+shows their count, mean, median and p99, computed from this tuple. The steps at 30 claims/s and
+above were left out: the traces here stay at or below 5 claims/s. These samples include the
+reconcile and the create call, which the simulator adds again (its 100 ms coalescing): a slight
+overestimate.
 
 ``lognormal`` models real pods whose image must be pulled: median 90 s, sigma 0.3 (p10 61 s,
 p90 133 s, p99 181 s); both are flags.

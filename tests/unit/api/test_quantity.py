@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentsandbox.api.quantity import (
@@ -188,6 +188,7 @@ def test_quantity_ordering_and_str() -> None:
     assert Quantity(0).is_zero()
 
 
+@settings(deadline=None)  # no wall-clock budget per example: a loaded machine is not a failure
 @given(st.integers(min_value=-(10**15), max_value=10**15), st.sampled_from(["", "m", "k", "Ki"]))
 def test_canonical_text_parses_back_to_the_same_value(number: int, suffix: str) -> None:
     q = parse_quantity(f"{number}{suffix}")

@@ -1,10 +1,13 @@
-"""agent-sandbox-controller start-up: version, bad flags and bad config end fast with one line."""
+"""agent-sandbox-controller start-up: version, bad flags and bad config end start-up with one line.
+
+The subprocess runs under a generous timeout that only stops a hung start-up (one that went on
+to connect, or waited): how fast it ended is not asserted.
+"""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,12 +17,12 @@ from agentsandbox.cli.controller import main, version_text
 CMD = [sys.executable, "-m", "agentsandbox.cli.controller"]
 
 
-def run(*args: str, timeout: float = 20) -> tuple[subprocess.CompletedProcess[str], float]:
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        [*CMD, *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
-    return proc, time.monotonic() - t0
+#: Seconds before a run counts as hung (it raises TimeoutExpired): a guard, not a budget.
+HUNG = 60.0
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CMD, *args], capture_output=True, text=True, timeout=HUNG, check=False)
 
 
 def test_version_prints_the_version_block_and_exits_zero(
@@ -33,15 +36,14 @@ def test_version_prints_the_version_block_and_exits_zero(
 
 
 def test_unknown_flag_exits_2_with_go_style_message() -> None:
-    proc, took = run("--no-such-flag")
+    proc = run("--no-such-flag")
     assert proc.returncode == 2
     assert "flag provided but not defined: -no-such-flag" in proc.stderr
     assert "Traceback" not in proc.stderr
-    assert took < 10
 
 
 def test_non_positive_batch_size_is_rejected_at_start_up() -> None:
-    proc, _ = run("--sandbox-warm-pool-max-batch-size=0", "--leader-elect=false")
+    proc = run("--sandbox-warm-pool-max-batch-size=0", "--leader-elect=false")
     assert proc.returncode == 1
     assert "--sandbox-warm-pool-max-batch-size must be greater than 0, got 0" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -49,11 +51,10 @@ def test_non_positive_batch_size_is_rejected_at_start_up() -> None:
 
 def test_missing_kubeconfig_is_one_clear_line(tmp_path: Path) -> None:
     missing = tmp_path / "nope.yaml"
-    proc, took = run(f"--kubeconfig={missing}", "--leader-elect=false")
+    proc = run(f"--kubeconfig={missing}", "--leader-elect=false")
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert str(missing) in proc.stderr
-    assert took < 15
 
 
 def test_leader_election_outside_a_cluster_needs_a_namespace(tmp_path: Path) -> None:
@@ -71,21 +72,20 @@ def test_leader_election_outside_a_cluster_needs_a_namespace(tmp_path: Path) -> 
 def test_non_positive_unschedulable_recheck_interval_ends_start_up_with_one_line() -> None:
     """Upstream HEAD rejects it; 0 would never re-check a held pool (docs/design/architecture.md,
     "The flags", start-up validation)."""
-    proc, took = run("--sandbox-warm-pool-unschedulable-recheck-interval=0", "--leader-elect=false")
+    proc = run("--sandbox-warm-pool-unschedulable-recheck-interval=0", "--leader-elect=false")
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert (
         "--sandbox-warm-pool-unschedulable-recheck-interval must be a positive duration" in lines[0]
     )
-    assert took < 10
 
 
 def test_webhook_and_connection_flags_start_with_one_warning_line_each(tmp_path: Path) -> None:
     """Upstream HEAD flags we accept with no effect: one warning line each, then start-up goes
     on (here to the missing kubeconfig); an unknown flag still fails fast (above)."""
     missing = tmp_path / "nope.yaml"
-    proc, took = run(
+    proc = run(
         "--enable-webhook=false",
         "--manage-webhook-certs=false",
         "--webhook-port=9444",
@@ -99,4 +99,3 @@ def test_webhook_and_connection_flags_start_with_one_warning_line_each(tmp_path:
         hits = [ln for ln in lines if f"--{name} is accepted for compatibility" in ln]
         assert len(hits) == 1, (name, proc.stderr)
     assert str(missing) in lines[-1]
-    assert took < 15

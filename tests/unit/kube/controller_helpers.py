@@ -1,5 +1,6 @@
-"""Helpers shared by the controller-runtime unit tests: object builders and an in-memory event
-source (objects are plain dicts, as the informer delivers them)."""
+"""Helpers shared by the controller-runtime unit tests: object builders, an in-memory event
+source (objects are plain dicts, as the informer delivers them) and a fake clock that moves
+only when a test moves it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.resources import Resource
+from agentsandbox.kube.workqueue import WorkQueue
 
 WIDGETS = Resource("test.agentsandbox.dev", "v1", "widgets", "Widget")
 
@@ -96,3 +98,41 @@ def waiting(controller: Controller) -> set[Request]:
 
 async def noop(request: Request) -> Result:
     return Result()
+
+
+class FakeClock:
+    """A monotonic clock (seconds) for ``Controller(clock=...)``: it moves only by ``advance``."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+#: How far ``advance_until_released`` moves a fake clock at a time: about a millisecond, a power
+#: of two so that the clock adds it up exactly.
+STEP = 2.0**-10
+
+
+def advance_until_released(
+    clock: FakeClock, queue: WorkQueue[Request], *, step: float = STEP, limit: float = 2.0
+) -> float | None:
+    """Move ``clock`` on by ``step`` at a time, releasing the keys ``queue`` holds back whose
+    delay is over (``flush_due``), until one is released; return how far the clock moved then,
+    or None when nothing was released within ``limit`` seconds of fake time."""
+    moved = 0.0
+    while moved < limit:
+        clock.advance(step)
+        moved += step
+        if queue.flush_due():
+            return moved
+    return None
+
+
+def idle(controller: Controller) -> bool:
+    """No key waiting to be handed out and none being reconciled (delayed keys aside)."""
+    return not len(controller.queue) and not controller.queue.processing_count

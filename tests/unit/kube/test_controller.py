@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import Callable
 
 import pytest
@@ -20,7 +19,15 @@ from agentsandbox.kube.errors import Conflict, NotFound
 from agentsandbox.kube.reconcile import Request, Result
 from agentsandbox.kube.workqueue import ItemExponentialFailureRateLimiter
 from tests.polling import eventually, yield_to_loop
-from tests.unit.kube.controller_helpers import MemorySource, noop, obj
+from tests.unit.kube.controller_helpers import (
+    STEP,
+    FakeClock,
+    MemorySource,
+    advance_until_released,
+    idle,
+    noop,
+    obj,
+)
 
 
 def sample(name: str, labels: dict[str, str]) -> float:
@@ -191,12 +198,15 @@ async def test_workers_never_run_one_key_twice_at_once_but_run_keys_in_parallel(
 
 
 async def test_a_failing_key_is_retried_with_backoff_without_stopping_the_worker() -> None:
+    """The worker goes on with other keys while a failing one waits 20, 40, then 80 ms (on a
+    fake clock: the gaps are the delays the controller asked the work queue for)."""
+    clock = FakeClock()
     attempts: list[float] = []
     others: list[Request] = []
 
     async def reconcile(request: Request) -> Result:
         if request.name == "bad":
-            attempts.append(asyncio.get_running_loop().time())
+            attempts.append(clock())
             if len(attempts) < 4:
                 raise RuntimeError("not yet")
         else:
@@ -204,18 +214,35 @@ async def test_a_failing_key_is_retried_with_backoff_without_stopping_the_worker
         return Result()
 
     limiter = ItemExponentialFailureRateLimiter(0.02, 1.0)
-    controller = Controller("retry", reconcile, workers=1, rate_limiter=limiter)
+    controller = Controller("retry", reconcile, workers=1, rate_limiter=limiter, clock=clock)
     await controller.start()
     try:
         controller.enqueue(Request("ns", "bad"))
         controller.enqueue(Request("ns", "good"))
-        await eventually(lambda: len(attempts) >= 4, within=3, interval=0.01, what="four attempts")
+        for n in range(1, 4):
+
+            def waiting_for_retry(failed: int = n) -> bool:
+                return len(attempts) == failed and idle(controller)
+
+            await eventually(
+                waiting_for_retry,
+                within=5,
+                interval=0.01,
+                what=f"attempt {n} failed and waiting for its retry",
+            )
+            assert advance_until_released(clock, controller.queue) is not None
+        await eventually(
+            lambda: len(attempts) == 4 and idle(controller),
+            within=5,
+            interval=0.01,
+            what="four attempts",
+        )
     finally:
         await controller.stop()
     assert len(attempts) == 4
     assert others == [Request("ns", "good")]
     gaps = [b - a for a, b in itertools.pairwise(attempts)]
-    assert gaps[0] >= 0.015 and gaps[1] >= 0.035 and gaps[2] >= 0.075  # 20, 40, 80 ms
+    assert gaps == pytest.approx([0.02, 0.04, 0.08], abs=STEP)
 
 
 async def test_stop_lets_running_reconciles_finish() -> None:
@@ -258,7 +285,9 @@ async def test_stop_without_drain_cancels_running_reconciles() -> None:
     await controller.start()
     controller.enqueue(Request("ns", "a"))
     await started.wait()
-    await asyncio.wait_for(controller.stop(drain_timeout=0), 2)
+    # the reconcile never ends by itself: a stop that waited for it would hang (the timeout
+    # only stops such a test)
+    await asyncio.wait_for(controller.stop(drain_timeout=0), 10)
     assert cancelled.is_set()
 
 
@@ -288,34 +317,34 @@ async def test_a_restarted_controller_gets_every_cached_object_again() -> None:
 async def test_min_interval_coalesces_events_after_a_recent_pass_into_one_later_pass() -> None:
     """A request whose last pass started within min_interval is not queued at once: it waits for
     the rest of the interval (one later pass serves every event in between). Another request,
-    or the same one once the interval is over, is queued at once."""
-    controller = Controller("coalesce", noop, min_interval=0.2)
+    or the same one once the interval is over, is queued at once. (A fake clock: the interval
+    is 0.2 s of it.)"""
+    clock = FakeClock()
+    controller = Controller("coalesce", noop, min_interval=0.2, clock=clock)
+    queue = controller.queue
     a, b = Request("ns", "a"), Request("ns", "b")
     controller.enqueue(a)
-    assert len(controller.queue) == 1  # never passed: at once
-    got = await controller.queue.get()
-    a_started = time.monotonic()
+    assert len(queue) == 1  # never passed: at once
+    got = await queue.get()
     await controller.process(got)
-    controller.queue.done(got)
+    queue.done(got)
     for _ in range(5):  # a burst of events right after the pass
         controller.enqueue(a)
     controller.enqueue(b)
-    assert len(controller.queue) == 1 and controller.queue.delayed_count == 1
-    await eventually(lambda: len(controller.queue) == 2, within=2, what="a back after the interval")
-    assert len(controller.queue) == 2  # a is back, once
-    assert controller.queue.delayed_count == 0
+    assert len(queue) == 1 and queue.delayed_count == 1
+    # a is back when the rest of its interval is over, not before
+    assert advance_until_released(clock, queue) == pytest.approx(0.2, abs=STEP)
+    assert len(queue) == 2  # a is back, once
+    assert queue.delayed_count == 0
     for _ in range(2):
-        got = await controller.queue.get()
-        if got == a:
-            a_started = time.monotonic()
-        await controller.process(got)
-        controller.queue.done(got)
-    assert len(controller.queue) == 0
-    await eventually(
-        lambda: time.monotonic() - a_started > 0.25, within=2, what="a's interval over"
-    )
+        got = await queue.get()
+        await controller.process(got)  # a's last pass starts now
+        queue.done(got)
+    assert len(queue) == 0
+    clock.advance(0.25)
     controller.enqueue(a)  # interval over (a's last pass started 0.25 s ago): at once
-    assert len(controller.queue) == 1 and controller.queue.delayed_count == 0
+    assert len(queue) == 1 and queue.delayed_count == 0
+    queue.shutdown()
 
 
 def test_min_interval_is_off_by_default_and_never_negative() -> None:

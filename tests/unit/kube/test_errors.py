@@ -6,7 +6,7 @@ import pickle
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentsandbox.kube import errors
@@ -212,6 +212,7 @@ def test_connection_error_is_one_line() -> None:
     assert str(err) == "connection error: ServerDisconnectedError: Server disconnected [GET /api]"
 
 
+@settings(deadline=None)  # no wall-clock budget per example: a loaded machine is not a failure
 @given(
     code=st.integers(min_value=100, max_value=999),
     reason=st.text(max_size=30),
@@ -226,6 +227,7 @@ def test_any_status_gives_a_one_line_api_error(code: int, reason: str, message: 
     assert text.startswith(f"{code} ")
 
 
+@settings(deadline=None)
 @given(body=st.binary(max_size=200), code=st.integers(min_value=400, max_value=599))
 def test_arbitrary_bodies_never_break_error_construction(body: bytes, code: int) -> None:
     err = api_error_from_response(code, body)

@@ -29,7 +29,7 @@ def _run(code: str) -> str:
         capture_output=True,
         text=True,
         check=True,
-        timeout=60,
+        timeout=60,  # only stops a hung run
     )
     return out.stdout.strip()
 

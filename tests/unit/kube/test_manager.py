@@ -61,7 +61,9 @@ class Blocking:
 
 def manager_with(reconciler: Blocking, name: str) -> Manager:
     # No informers, no leader election, no servers: the manager never calls the API server.
-    mgr = Manager(cast(Client, None), graceful_shutdown_timeout=30)
+    # The drain outlasts every wait_for below (those only stop a hung test): a stop that waits
+    # for the reconcile hangs the test, one that cancels it ends at once; nothing is timed.
+    mgr = Manager(cast(Client, None), graceful_shutdown_timeout=3600)
     controller = Controller(name, reconciler)
     controller.enqueue(Request("ns", "a"))
     mgr.add(controller)

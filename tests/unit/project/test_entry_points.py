@@ -30,7 +30,7 @@ def test_the_make_target_is_there_and_runs_its_command(target: str) -> None:
     assert make is not None, "make is not installed"
     proc = subprocess.run(
         [make, "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
+    )  # the timeout only stops a hung run
     assert proc.returncode == 0, proc.stderr
     assert TARGETS[target] in proc.stdout, proc.stdout
 
@@ -42,7 +42,7 @@ def test_the_make_target_is_there_and_runs_its_command(target: str) -> None:
 def test_the_console_command_answers_help(command: str, says: str) -> None:
     proc = subprocess.run(
         [str(BIN / command), "--help"], capture_output=True, text=True, timeout=60
-    )
+    )  # the timeout only stops a hung run
     assert proc.returncode == 0, proc.stderr
     assert says in proc.stdout + proc.stderr
 
@@ -52,7 +52,7 @@ def test_the_simulator_runs_as_a_module_with_its_flags() -> None:
         [sys.executable, "-m", "agentsandbox.sim", "--help"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=60,  # only stops a hung run
     )
     assert proc.returncode == 0, proc.stderr
     for flag in ("--trace", "--latency", "--csv"):

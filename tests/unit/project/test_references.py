@@ -19,8 +19,11 @@ FORBIDDEN = [
     "seed" + "'s",
     "../" + "shared",
 ]
-# absolute paths of a developer's machine (not /tmp: defaults such as a webhook's cert dir)
-MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:" + "work|root|home|Users" + r")/")
+# absolute paths of a developer's machine (not /tmp: defaults such as a webhook's cert dir), and
+# a path built to a sibling directory of the checkout named like the reference material
+MACHINE_PATH = re.compile(
+    r"(?<![\w.~-])/(?:" + "work|root|home|Users" + r")/|parent\s*/\s*[\"']" + "shared" + "[\"']"
+)
 
 TOP_LEVEL = ("src/", "tests/", "bench/", "hack/", "docs/", "deploy/", "clients/", ".ci/")
 TOP_FILES = {"Makefile", "README.md", "pyproject.toml", "Dockerfile", "requirements-dev.lock"}
@@ -69,6 +72,7 @@ def test_the_scan_catches_each_kind_of_outside_reference() -> None:
         "in ../" + "shared/x.md",
         "/" + "work/main/src",
         "/" + "home/me/x",
+        "UPSTREAM = ROOT.parent / " + '"shared"' + ' / "upstream"',
     ]
     assert [n for n, _ in offending_lines("\n".join(lines))] == list(range(1, len(lines) + 1))
     fine = "random seed 1\n/tmp/k8s-webhook-server/serving-certs\n~/.cache/x\nsrc/work/x"

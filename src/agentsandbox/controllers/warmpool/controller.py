@@ -57,9 +57,9 @@ log = logging.getLogger("agentsandbox.warmpool")
 
 # A pool's pass looks at every member, and each member's status change is an event: while a pool
 # fills, events arrive faster than passes finish. Events within this long of a pass's start are
-# served by one later pass (a 1000-fill took 2954 passes, now a few hundred: the pool's CPU
-# cost, docs/benchmarks.md). Claims never wait for it (they adopt through the claim controller);
-# a refill starts at most this much later.
+# served by one later pass, which cuts the passes (and CPU) of a fill (the pool's CPU cost is
+# measured by docs/benchmarks.md). Claims never wait for it (they adopt through the claim
+# controller); a refill starts at most this much later.
 POOL_PASS_INTERVAL = 0.1
 CONTROLLER_NAME = "sandboxwarmpool"
 

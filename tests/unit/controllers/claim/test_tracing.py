@@ -113,7 +113,7 @@ def test_tracing_off_imports_no_opentelemetry() -> None:
         "('opentelemetry', 'google', 'requests'))\n"
         "assert loaded == [], loaded\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)  # 60 s: a hang guard
 
 
 async def test_traced_function_is_awaited_directly_when_off() -> None:
@@ -298,7 +298,7 @@ def test_enable_names_the_service_unless_the_environment_does() -> None:
     proc = subprocess.run(
         [sys.executable, "-c", code],
         check=True,
-        timeout=60,
+        timeout=60,  # only stops a hung run
         capture_output=True,
         text=True,
         env=env,

@@ -19,11 +19,12 @@ from agentsandbox.api import keys
 from agentsandbox.api.resources import SANDBOXES
 from agentsandbox.controllers.sandbox.act import SandboxReconcileError, SandboxWriter
 from agentsandbox.controllers.sandbox.controller import SandboxReconciler
+from agentsandbox.controllers.sandbox.memory import CreatedPods, FirstStatusHold, StatusMemory
 from agentsandbox.controllers.sandbox.plan import plan
 from agentsandbox.kube.errors import AlreadyExists, Conflict, InternalError, KubeError, NotFound
 from agentsandbox.kube.reconcile import Request, retry_within
 from agentsandbox.kube.resources import PERSISTENTVOLUMECLAIMS, PODS, SERVICES, Resource
-from tests.polling import eventually
+from tests.unit.controllers.sandbox.test_memory import Clock
 from tests.unit.controllers.sandbox.test_plan import (
     NOW,
     NS,
@@ -180,6 +181,7 @@ class Rig:
     reconciler: SandboxReconciler
     client: FakeClient
     recorder: Recorder
+    monotonic: Clock  # the memories' clock (first-status hold, created pods, status memory)
 
     async def run(self, name: str = "my-sandbox") -> Any:
         return await self.reconciler.reconcile(Request(NS, name))
@@ -197,11 +199,14 @@ def rig(
     pvcs: tuple[dict[str, Any], ...] = (),
     grace: float = 0.0,
 ) -> Rig:
-    client, recorder = FakeClient(), Recorder()
+    client, recorder, monotonic = FakeClient(), Recorder(), Clock()
     for obj in (*pods, *((service,) if service else ()), *pvcs):
         client.objects[(obj["kind"], obj["metadata"]["name"])] = obj
+    writer = SandboxWriter(client, recorder)  # type: ignore[arg-type]
+    writer.created_pods = CreatedPods(clock=monotonic)
+    writer.status_memory = StatusMemory(clock=monotonic)
     reconciler = SandboxReconciler(
-        SandboxWriter(client, recorder),  # type: ignore[arg-type]
+        writer,
         _Cache(sb),  # type: ignore[arg-type]
         _Cache(*pods),  # type: ignore[arg-type]
         _Cache(*(service,) if service else ()),  # type: ignore[arg-type]
@@ -209,8 +214,8 @@ def rig(
         clock=lambda: NOW,
     )
     # the first-status hold has its own tests below; the others check every write of one pass
-    reconciler.first_status.grace = grace
-    return Rig(reconciler, client, recorder)
+    reconciler.first_status = FirstStatusHold(grace, clock=monotonic)
+    return Rig(reconciler, client, recorder, monotonic)
 
 
 def settled(sb: dict[str, Any], *pods: dict[str, Any], **kw: Any) -> dict[str, Any]:
@@ -323,16 +328,17 @@ async def test_the_first_not_ready_status_waits_for_the_new_pod_to_become_ready(
 
 
 async def test_a_pod_still_not_ready_after_the_grace_gets_its_not_ready_status() -> None:
-    r = rig(sandbox(), grace=0.02)
+    r = rig(sandbox(), grace=1.0)
     await r.run()
     assert _statuses(r) == []
     r.reconciler.pods = _Cache(pod(phase="Pending"))  # type: ignore[assignment]
-
-    async def written() -> list[dict[str, Any]]:  # held back until the grace is over
-        await r.run()
-        return _statuses(r)
-
-    [body] = await eventually(written, within=5.0, what="the first status after the grace")
+    r.monotonic.now += 0.5
+    result = await r.run()
+    assert _statuses(r) == []  # held back until the grace is over...
+    assert result is not None and result.requeue_after == pytest.approx(0.5)
+    r.monotonic.now += 0.5
+    await r.run()
+    [body] = _statuses(r)  # ...then written
     assert ready_of(body["status"])[:2] == ("False", "DependenciesNotReady")
 
 
