@@ -11,14 +11,17 @@
    the event that shows it Ready=True with ``status.sandbox.name``;
 6. watch the pool refill behind the claims, print summary tables and write a plot of the pool
    over time and the claim latencies by launch type (``demo-output/warmpool.png``).
+
+The sizes (``--pool``, ``--scaled``, ``--warm-claims``, ``--cold-claims``, ``--claim-rate``) and
+the plot's directory (``--out-dir``) are flags; without them it is the demo described above.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import dataclasses
-import math
 import os
 import signal
 import socket
@@ -39,6 +42,7 @@ from rich.table import Table
 from agentsandbox.api.conditions import is_condition_true, is_sandbox_ready
 from agentsandbox.api.kinds import SANDBOX_CLAIM
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_WARM_POOLS, SANDBOXES
+from agentsandbox.cli.demo_plot import percentile, plot
 from agentsandbox.controllers.claim.plan import pool_owner
 from agentsandbox.devcluster.binaries import BinariesError, repo_root, versions
 from agentsandbox.devcluster.cluster import DevCluster
@@ -48,13 +52,26 @@ from agentsandbox.kube.config import load_kubeconfig
 from agentsandbox.kube.errors import KubeError
 from agentsandbox.kube.informer import Informer
 
-POOL = 50
-SCALED = 80
-WARM_CLAIMS = 20
-COLD_CLAIMS = 5
-CLAIM_RATE = 10.0  # claims/s, open loop: each claim is sent at its scheduled time
 POOL_NAME = "agents"
 TEMPLATE = "python-runtime"
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    """How big the demo is (each field is a flag): the pool, what it is scaled to, the claims."""
+
+    pool: int = 50
+    scaled: int = 80
+    warm_claims: int = 20
+    cold_claims: int = 5
+    claim_rate: float = 10.0  # claims/s, open loop: each claim is sent at its scheduled time
+
+    def __post_init__(self) -> None:
+        claims = (self.warm_claims, self.cold_claims)
+        if not (0 < self.pool <= self.scaled and min(claims) >= 0 and sum(claims) > 0):
+            raise ValueError("the demo needs 0 < pool <= scaled and at least one claim")
+        if self.warm_claims > self.scaled or self.claim_rate <= 0:
+            raise ValueError("more warm claims than pool sandboxes, or no claim rate")
 
 
 def _free_port() -> int:
@@ -118,12 +135,6 @@ def _wait_ready(proc: subprocess.Popen[bytes], port: int, limit: float = 60.0) -
     raise TimeoutError("agent-sandbox-controller did not become ready")
 
 
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile (``p`` in 0..100) of a non-empty list."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
-
-
 @dataclasses.dataclass
 class ClaimRun:
     """What the claim phase saw: per claim, what was asked, when, and what served it."""
@@ -135,7 +146,7 @@ class ClaimRun:
     pool_members: set[str] = dataclasses.field(default_factory=set)  # ever in the pool
     started: float = 0.0  # first claim sent (demo clock)
     cold_started: float = 0.0  # first cold claim sent (demo clock)
-    pool_low: int = SCALED  # fewest Ready pool sandboxes seen during the claims
+    pool_low: int = 0  # fewest Ready pool sandboxes seen during the claims (from `scaled`)
     all_ready: float = 0.0  # last claim Ready (demo clock)
     refilled: float = 0.0  # pool back at SCALED Ready (demo clock)
 
@@ -173,14 +184,16 @@ async def _claims(
     series: list[tuple[float, int, int]],
     t0: float,
     limit: float = 60.0,
+    size: Size = Size(),
 ) -> ClaimRun:
     """Send the claims open loop, time them from one claim watch, then watch the refill."""
-    run = ClaimRun()
+    scaled = size.scaled
+    run = ClaimRun(pool_low=scaled)
     client = Client(await load_kubeconfig(str(cluster.kubeconfig)), qps=0, pool_size=32)
     pool_ready: set[str] = set()  # pool sandboxes Ready now
     all_ready = asyncio.Event()
     refilled = asyncio.Event()
-    total = WARM_CLAIMS + COLD_CLAIMS
+    total = size.warm_claims + size.cold_claims
 
     def on_sandbox(*objs: dict[str, Any]) -> None:
         sb = objs[-1]
@@ -195,7 +208,7 @@ async def _claims(
             pool_ready.discard(name)
         if run.started:
             run.pool_low = min(run.pool_low, len(pool_ready))
-        if run.ready and len(run.ready) == total and len(pool_ready) >= SCALED:
+        if run.ready and len(run.ready) == total and len(pool_ready) >= scaled:
             refilled.set()
 
     def on_sandbox_gone(sb: dict[str, Any]) -> None:
@@ -231,15 +244,16 @@ async def _claims(
         for inf in informers:
             inf.start()
         await asyncio.wait_for(asyncio.gather(*(inf.wait_synced() for inf in informers)), 20)
-        schedule = [(f"warm-{i:02d}", True) for i in range(WARM_CLAIMS)]
-        schedule += [(f"cold-{i:02d}", False) for i in range(COLD_CLAIMS)]
+        schedule = [(f"warm-{i:02d}", True) for i in range(size.warm_claims)]
+        schedule += [(f"cold-{i:02d}", False) for i in range(size.cold_claims)]
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
             bar = progress.add_task(
-                f"{WARM_CLAIMS} warm + {COLD_CLAIMS} cold claims at {CLAIM_RATE:.0f}/s → Ready",
+                f"{size.warm_claims} warm + {size.cold_claims} cold claims at "
+                f"{size.claim_rate:.0f}/s → Ready",
                 total=total,
             )
             pool_bar = progress.add_task(
-                f"pool Ready (adopted ones replaced) → {SCALED}", total=SCALED
+                f"pool Ready (adopted ones replaced) → {scaled}", total=scaled
             )
 
             def show() -> None:
@@ -251,7 +265,7 @@ async def _claims(
             run.started = start - t0
             tasks = []
             for i, (name, warm) in enumerate(schedule):
-                await asyncio.sleep(max(0.0, start + i / CLAIM_RATE - time.monotonic()))
+                await asyncio.sleep(max(0.0, start + i / size.claim_rate - time.monotonic()))
                 body, resource = _claim_body(name, warm)
                 run.asked[name] = "warm" if warm else "cold"
                 run.sent[name] = time.monotonic()
@@ -268,11 +282,11 @@ async def _claims(
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(all_ready.wait(), 0.05)
             run.all_ready = time.monotonic() - t0
-            if len(pool_ready) >= SCALED:  # no sandbox event since the last claim was Ready
+            if len(pool_ready) >= scaled:  # no sandbox event since the last claim was Ready
                 refilled.set()
             while not refilled.is_set():
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"pool not back at {SCALED} Ready in {limit:.0f}s")
+                    raise TimeoutError(f"pool not back at {scaled} Ready in {limit:.0f}s")
                 show()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(refilled.wait(), 0.05)
@@ -281,7 +295,7 @@ async def _claims(
         while True:  # the pool's own status agrees
             st = (await client.get(SANDBOX_WARM_POOLS, POOL_NAME, ns)).get("status") or {}
             on_pool({"status": st})
-            if st.get("readyReplicas") == SCALED or time.monotonic() > deadline:
+            if st.get("readyReplicas") == scaled or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.1)
     finally:
@@ -291,72 +305,27 @@ async def _claims(
     return run
 
 
-def _plot(
-    series: list[tuple[float, int, int]],
-    marks: list[tuple[float, str]],
-    run: ClaimRun | None,
-    out: Path,
-) -> bool:
+def parse_args(argv: list[str] | None = None) -> tuple[Size, Path | None]:
+    """The demo's size and where its plot goes (by default ``demo-output/`` in the repository)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m agentsandbox.cli.demo",
+        description="Start (or reuse) the local control plane and show the controller at work.",
+    )
+    fields = dataclasses.fields(Size)
+    for f in fields:
+        kind = type(f.default)
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=f.default)
+    parser.add_argument("--out-dir", type=Path, default=None, help="where the plot is written")
+    args = parser.parse_args(argv)
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    t = [s[0] for s in series]
-    fig, (ax, lat) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [2.2, 1]})
-    ax.plot(t, [s[1] for s in series], label="sandboxes (status.replicas)")
-    ax.plot(t, [s[2] for s in series], label="Ready (status.readyReplicas)")
-    for x, text in marks:
-        ax.axvline(x, color="grey", linestyle=":")
-        ax.annotate(text, (x, 0), rotation=90, fontsize=8, va="bottom", ha="right")
-    if run is not None:
-        ax.axvspan(
-            run.started,
-            run.all_ready,
-            color="tab:green",
-            alpha=0.12,
-            label="claims: first sent → last Ready",
-        )
-    ax.set_xlabel("seconds")
-    ax.set_ylabel("sandboxes")
-    ax.set_title("SandboxWarmPool on the local control plane")
-    ax.legend(loc="upper left", fontsize=8)
-    if run is not None:
-        import random
-
-        rng = random.Random(1)
-        data = run.latencies_ms()
-        kinds = [k for k in ("warm", "cold") if data[k]]
-        colours = {"warm": "tab:orange", "cold": "tab:blue"}
-        lat.boxplot(
-            [data[k] for k in kinds],
-            positions=range(1, len(kinds) + 1),
-            widths=0.5,
-            showfliers=False,
-        )
-        for i, k in enumerate(kinds, start=1):
-            xs = [i + rng.uniform(-0.15, 0.15) for _ in data[k]]
-            lat.scatter(xs, data[k], s=18, alpha=0.8, color=colours[k], zorder=3)
-        lat.set_xticks(range(1, len(kinds) + 1))
-        lat.set_xticklabels(
-            [f"{k} (n={len(data[k])})\np50 {percentile(data[k], 50):.0f} ms" for k in kinds]
-        )
-        lat.set_ylim(bottom=0)
-        lat.set_ylabel("create → Ready event (ms)")
-        lat.set_title("SandboxClaim latency by launch type")
-        lat.grid(axis="y", alpha=0.3)
-    else:
-        lat.set_visible(False)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return True
+        size = Size(*(getattr(args, f.name) for f in fields))
+    except ValueError as err:
+        parser.error(str(err))
+    return size, args.out_dir
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    size, out_dir = parse_args(argv)
     console = Console()
     root = repo_root() or Path.cwd()
     attached = DevCluster.attach(root / ".cluster")
@@ -385,6 +354,18 @@ def main() -> int:
                 console.print(f"[red]error:[/] {err}")
                 return 1
         console.print(f"control plane up in {time.monotonic() - t0:.1f}s at {cluster.server}")
+    try:
+        return show(console, cluster, size, out_dir or root / "demo-output")
+    finally:
+        if own:
+            cluster.stop(keep_logs=False)
+            console.print("stopped the demo's control plane")
+
+
+def show(console: Console, cluster: DevCluster, size: Size, out_dir: Path) -> int:
+    """Steps 2-6 on a running control plane with our CRDs; the plot is ``out_dir/warmpool.png``.
+    It stops the controller process it starts, and deletes its namespace when it succeeded."""
+    pool_size, scaled = size.pool, size.scaled
     controller: subprocess.Popen[bytes] | None = None
     log_path = Path(tempfile.mkstemp(prefix="agentsandbox-controller-", suffix=".log")[1])
     try:
@@ -440,7 +421,7 @@ def main() -> int:
         )
         t0 = time.monotonic()
         series: list[tuple[float, int, int]] = []
-        marks: list[tuple[float, str]] = [(0.0, f"pool created ({POOL})")]
+        marks: list[tuple[float, str]] = [(0.0, f"pool created ({pool_size})")]
         cluster.api(
             "POST",
             f"{ext}/sandboxwarmpools",
@@ -448,26 +429,25 @@ def main() -> int:
                 "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
                 "kind": "SandboxWarmPool",
                 "metadata": {"name": POOL_NAME},
-                "spec": {"replicas": POOL, "sandboxTemplateRef": {"name": TEMPLATE}},
+                "spec": {"replicas": pool_size, "sandboxTemplateRef": {"name": TEMPLATE}},
             },
         )
-        fill = _fill(
-            console, cluster, ns, POOL_NAME, POOL, f"warm pool filling 0 → {POOL}", series, t0
-        )
-        marks.append((time.monotonic() - t0, f"scaled to {SCALED}"))
-        cluster.kubectl("scale", f"sandboxwarmpool/{POOL_NAME}", "-n", ns, f"--replicas={SCALED}")
+        label = f"warm pool filling 0 → {pool_size}"
+        fill = _fill(console, cluster, ns, POOL_NAME, pool_size, label, series, t0)
+        marks.append((time.monotonic() - t0, f"scaled to {scaled}"))
+        cluster.kubectl("scale", f"sandboxwarmpool/{POOL_NAME}", "-n", ns, f"--replicas={scaled}")
         scale = _fill(
             console,
             cluster,
             ns,
             POOL_NAME,
-            SCALED,
-            f"scaled {POOL} → {SCALED} via /scale",
+            scaled,
+            f"scaled {pool_size} → {scaled} via /scale",
             series,
             t0,
         )
-        run = asyncio.run(_claims(console, cluster, ns, series, t0))
-        marks.append((run.started, f"{WARM_CLAIMS} warm claims"))
+        run = asyncio.run(_claims(console, cluster, ns, series, t0, size=size))
+        marks.append((run.started, f"{size.warm_claims} warm claims"))
         marks.append((run.cold_started, "cold claims"))
         examples = Table(title="a few of the claims (kubectl get sandboxclaims shows them all)")
         for col in ("claim", "asked as", "sandbox", "pool member?", "latency ms"):
@@ -487,7 +467,7 @@ def main() -> int:
         console.print(examples)
         console.print(
             f"the pool went down to {run.pool_low} Ready during the claims and was back at "
-            f"{SCALED} Ready {run.refilled - run.all_ready:.2f}s after the last claim was Ready"
+            f"{scaled} Ready {run.refilled - run.all_ready:.2f}s after the last claim was Ready"
         )
         pool = cluster.kubectl("get", "sandboxwarmpool", POOL_NAME, "-n", ns).stdout
         console.print(pool.rstrip())
@@ -497,13 +477,12 @@ def main() -> int:
         table.add_column("sandboxes", justify="right")
         table.add_column("seconds", justify="right")
         table.add_column("sandboxes/s", justify="right")
-        table.add_row("fill 0 → Ready", str(POOL), f"{fill:.2f}", f"{POOL / fill:.0f}")
-        table.add_row(
-            "scale up → Ready", str(SCALED - POOL), f"{scale:.2f}", f"{(SCALED - POOL) / scale:.0f}"
-        )
+        table.add_row("fill 0 → Ready", str(pool_size), f"{fill:.2f}", f"{pool_size / fill:.0f}")
+        added = scaled - pool_size
+        table.add_row("scale up → Ready", str(added), f"{scale:.2f}", f"{added / scale:.0f}")
         adopted = sum(1 for name in run.ready if run.served(name) == "warm")
         table.add_row(
-            f"refill {adopted} adopted (1st claim→{SCALED} Ready)",
+            f"refill {adopted} adopted (1st claim→{scaled} Ready)",
             str(adopted),
             f"{run.refilled - run.started:.2f}",
             "",
@@ -512,7 +491,7 @@ def main() -> int:
 
         lat = run.latencies_ms()
         table = Table(
-            title=f"SandboxClaims, {CLAIM_RATE:.0f}/s: create call → watch event Ready=True "
+            title=f"SandboxClaims, {size.claim_rate:.0f}/s: create call → watch event Ready=True "
             "with status.sandbox.name"
         )
         table.add_column("launch")
@@ -544,8 +523,8 @@ def main() -> int:
         mismatched = sorted(n for n in run.ready if run.served(n) != run.asked[n])
         if mismatched:
             console.print(f"[yellow]served otherwise than asked:[/] {', '.join(mismatched)}")
-        out = root / "demo-output" / "warmpool.png"
-        if _plot(series, marks, run, out):
+        out = out_dir / "warmpool.png"
+        if plot(series, marks, run, out):
             console.print(f"plot: {out}")
         cluster.api("DELETE", f"/api/v1/namespaces/{ns}")
     except (TimeoutError, OSError, KubeError, subprocess.CalledProcessError) as err:
@@ -561,9 +540,6 @@ def main() -> int:
                 controller.wait(30)
             except subprocess.TimeoutExpired:
                 os.kill(controller.pid, signal.SIGKILL)
-        if own:
-            cluster.stop(keep_logs=False)
-            console.print("stopped the demo's control plane")
     return 0
 
 
