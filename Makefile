@@ -70,8 +70,18 @@ PYTEST := $(PY) -m pytest
 # The test suite: unit + integration (the slow ones too), but for the fault suite only its
 # `smoke` test (a private control plane, kube-apiserver killed mid-fill). One session, one
 # control plane shared by every integration test.
+# Branch coverage: the unit tests' per package, checked against the committed floors
+# (hack/coverage_floors.json). COVERAGE=all (set by .ci/run) measures the integration tests too,
+# the controller processes they start included, and prints the whole suite's table.
+COVERAGE ?= unit
+COV_ALL := $(if $(filter all,$(COVERAGE)),--cov --cov-append --cov-report=)
+
 test: venv sdk-venvs controlplane
-	$(PYTEST) tests/unit tests/integration tests/faults -m "not faults or smoke"
+	rm -f .coverage .coverage.*
+	$(PYTEST) tests/unit --cov --cov-report=
+	$(PY) hack/coverage_report.py
+	$(PYTEST) tests/integration tests/faults -m "not faults or smoke" $(COV_ALL)
+	$(if $(COV_ALL),$(PY) hack/coverage_report.py --no-floors)
 
 test-unit: venv
 	$(PYTEST) tests/unit

@@ -16,7 +16,7 @@ BIN = Path(sys.executable).parent
 # each target and a command its recipe runs (``make -n`` prints the recipe, runs nothing)
 TARGETS = {
     "demo": "-m agentsandbox.cli.demo",
-    "test": "-m pytest tests/unit tests/integration",
+    "test": "-m pytest tests/unit --cov",
     "cluster": "-m agentsandbox.cli.devcluster up",
     "cluster-down": "-m agentsandbox.cli.devcluster down",
     "bench": "bench/run.py",

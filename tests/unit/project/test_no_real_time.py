@@ -55,14 +55,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "compares the token bucket's default clock with time.monotonic by identity; it reads "
         "no time"
     ),
-    (
-        "tests/unit/kube/test_events.py",
-        "test_recording_never_blocks_and_drops_when_the_queue_is_full",
-    ): (
-        "NOT an exception: a 50 ms budget on ten normal() calls (the drop counts after it are "
-        "the real check); that file belongs to another change, which removes it. Delete this "
-        "entry then (the stale-entry check below asks for it)"
-    ),
 }
 
 
