@@ -20,7 +20,7 @@ live claim Ready with exactly one sandbox, no sandbox ever with two claim owners
 exactly at its replicas, nothing orphaned). Exit code 1 when an invariant fails or the leader
 changed.
 
-Where: without ``--out``, a full run (an hour or more) writes ``bench/results/soak.json``
+Where: without ``--out``, a full run (30 minutes or more) writes ``bench/results/soak.json``
 (committed; ``python bench/report.py --write`` renders ``docs/reliability.md``'s soak tables
 from it) and everything else (cluster, logs, ``soak.md``) to ``bench/work/soak/``; a shorter run
 writes all of it to ``bench/work/soak/``. With ``--out DIR`` everything goes to ``DIR``, which
@@ -82,7 +82,7 @@ from agentsandbox.kube.errors import KubeError, NotFound  # noqa: E402
 from agentsandbox.kube.informer import Informer  # noqa: E402
 from agentsandbox.kube.resources import NAMESPACES  # noqa: E402
 
-FULL_SECONDS = 3600.0  # a run this long is the soak whose JSON is committed
+FULL_SECONDS = 1800.0  # a run this long (30 minutes or more) is the soak whose JSON is committed
 WINDOW = 300.0  # latency percentiles per 5 minutes
 LATE = 30.0  # a claim not Ready within this is "not served"
 SYSTEM_NS = "soak-system"
