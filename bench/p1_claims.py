@@ -1,4 +1,4 @@
-"""P1 — claim rate sweep: warm-claim latency at 10, 20, 30, 50, 75 claims/s, then the gate shape.
+"""P1 — claim rate sweep: warm-claim latency at 10, 15, ..., 50 claims/s, then the gate shape.
 
 Each step runs in its own namespace (removed, and gone, before the next): a SandboxTemplate and a
 SandboxWarmPool of ``pool`` Ready, then ``claims`` v1beta1 SandboxClaims (``spec.warmPoolRef``)
@@ -12,7 +12,9 @@ gate shape).
 A step counts only if the achieved send rate is ≥ 95 % of its nominal rate. The **knee** is the
 highest counting rate with p99 ≤ 500 ms and every claim Ready. The sweep runs ``repeats`` times,
 each time beside a sweep of the **ceiling** (``bench/p1_ceiling.py``: the same writes per claim
-made by a bare script, no controller); P1 reports the median of its knees over the median of the
+made by a bare script, no controller) **at the same rates**: the ceiling sweep takes its rates
+and claim count from the same ``rates``/``claims`` entries, so the two knees are read on one grid;
+P1 reports the median of its knees over the median of the
 ceiling's. Every step records the CPU each control-plane process, the controller, the load
 generator and the machine spent while its claims were served (``/proc/<pid>/stat`` of the
 processes this bench started): that is what says whether the apiserver is the bottleneck.
@@ -61,11 +63,10 @@ KNEE_GOAL = 30.0
 P50_GOAL_MS = 150.0
 GATE_P99_GOAL_MS = 500.0
 FULL: dict[str, Any] = {
-    "rates": [10, 20, 30, 50, 75],
+    "rates": list(range(10, 55, 5)),  # ours and the ceiling's: one grid
     "claims": 200,
     "pool": 300,
     "repeats": 3,
-    "ceiling": {"rates": list(range(10, 55, 5)), "claims": 200},
     "gate": {"rate": 75, "claims": 750, "pool": 1050},
     "crosscheck": 20,
     "cap_seconds": 4200,
@@ -75,7 +76,6 @@ SMOKE: dict[str, Any] = {
     "claims": 4,
     "pool": 6,
     "repeats": 1,
-    "ceiling": {"rates": [5], "claims": 4},
     "gate": {"rate": 5, "claims": 5, "pool": 7},
     "crosscheck": 3,
     "cap_seconds": 420,
@@ -361,9 +361,7 @@ async def run(b: Bench, size: dict[str, Any], shared: dict[str, Any]) -> dict[st
         print(f"  run {k + 1}: the ceiling (no controller)", flush=True)
         await b.wait_namespaces_gone()
         ceilings.append(
-            await p1_ceiling.sweep(
-                b, [float(r) for r in size["ceiling"]["rates"]], int(size["ceiling"]["claims"])
-            )
+            await p1_ceiling.sweep(b, [float(r) for r in size["rates"]], int(size["claims"]))
         )
         print(f"  run {k + 1}: our controller", flush=True)
         steps: list[dict[str, Any]] = []
