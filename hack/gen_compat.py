@@ -31,11 +31,15 @@ sys.path.insert(0, str(ROOT / "src"))
 
 SEED = "35b9757f"
 HEAD = "HEAD"
+#: for flags: added after 35b9757f and in the released v1.0.1, whose defaults ours are
+RELEASE = "v1.0.1"
 
 # ------------------------------------------------------------------------------ upstream: flags
-#: name -> (type, default as upstream prints it, version, meaning): upstream 35b9757f's flags and
-#: later upstream's (HEAD); the rules in docs/design/architecture.md, "The flags". Where we have
-#: no record of upstream's default, "—" (see the note).
+#: name -> (type, default as upstream prints it, version, meaning): upstream v1.0.1's flags (since
+#: 35b9757f or added by v1.0.1; type and default are v1.0.1's, which
+#: tests/integration/test_flags_upstream.py reads from the pinned module) and later upstream's
+#: (HEAD, not in v1.0.1); the rules in docs/design/architecture.md, "The flags". Where we have no
+#: record of upstream's default, "—" (see the note).
 UPSTREAM_FLAGS: dict[str, tuple[str, str, str, str]] = {
     "version": ("bool", "false", SEED, "print the version block and exit"),
     "cluster-domain": ("string", "cluster.local", SEED, "suffix of status.serviceFQDN"),
@@ -51,8 +55,8 @@ UPSTREAM_FLAGS: dict[str, tuple[str, str, str, str]] = {
     "pprof-mutex-profile-fraction": ("int", "10", SEED, "Go mutex profile fraction"),
     "kube-api-qps": ("float", "-1", SEED, "client QPS; <= 0 no limiter"),
     "kube-api-burst": ("int", "10", SEED, "client burst; > 0"),
-    "sandbox-concurrent-workers": ("int", "1", SEED, "Sandbox workers (HEAD #1220: 100)"),
-    "sandbox-claim-concurrent-workers": ("int", "1", SEED, "claim workers (HEAD #996: 50)"),
+    "sandbox-concurrent-workers": ("int", "100", SEED, "Sandbox workers (35b9757f: 1; #1220)"),
+    "sandbox-claim-concurrent-workers": ("int", "50", SEED, "claim workers (35b9757f: 1; #996)"),
     "sandbox-warm-pool-concurrent-workers": ("int", "1", SEED, "warm pool workers"),
     "sandbox-template-concurrent-workers": ("int", "1", SEED, "template workers"),
     "sandbox-warm-pool-max-batch-size": ("int", "300", SEED, "creates/deletes per pass"),
@@ -80,28 +84,31 @@ UPSTREAM_FLAGS: dict[str, tuple[str, str, str, str]] = {
         "webhook Service",
     ),
     "webhook-namespace": ("string", "agent-sandbox-system", HEAD, "webhook namespace"),
-    "cache-label-selectors": ("—", "—", HEAD, "opt-in label-scoped informer watches (#1253)"),
-    "separate-watch-connection": ("bool", "—", HEAD, "dedicated watch connection (#1240)"),
-    "api-connections": ("int", "—", HEAD, "HTTP/2 API connection sharding (#1240)"),
-    "disable-claim-events": ("bool", "false", HEAD, "no claim Events (#1250)"),
+    "cache-label-selectors": ("bool", "false", RELEASE, "label-scoped Pod/Service caches (#1253)"),
+    "separate-watch-connection": ("bool", "false", RELEASE, "dedicated watch connection (#1240)"),
+    "api-connections": ("int", "1", RELEASE, "HTTP/2 API connection sharding (#1240)"),
+    "disable-claim-events": ("bool", "false", RELEASE, "no claim Events (#1250)"),
     "disable-claim-observability-annotations": (
         "bool",
         "false",
-        HEAD,
+        RELEASE,
         "no claim observability annotation write (#1250)",
     ),
-    "sandbox-write-behind-window": ("duration", "0s", HEAD, "coalesce pod metadata writes"),
-    "sandbox-warm-pool-replenish-delay": ("duration", "0s", HEAD, "delay replacements (#1251)"),
-    "sandbox-warm-pool-max-refill-rate": ("float", "0", HEAD, "creates/s per pool (#1251)"),
-    "sandbox-warm-pool-readiness-grace-period": ("duration", "5m", HEAD, "stuck grace (#1290)"),
+    "sandbox-write-behind-window": ("duration", "0s", RELEASE, "defer pod metadata writes"),
+    "sandbox-warm-pool-replenish-delay": ("duration", "0s", RELEASE, "delay replacements (#1251)"),
+    "sandbox-warm-pool-max-refill-rate": ("float", "0", RELEASE, "creates/s per pool (#1251)"),
+    "sandbox-warm-pool-readiness-grace-period": ("duration", "5m", RELEASE, "stuck grace (#1290)"),
     "sandbox-warm-pool-unschedulable-recheck-interval": (
         "duration",
         "1m",
-        HEAD,
+        RELEASE,
         "held sandbox re-check (#1290)",
     ),
-    "enable-warm-pool-eviction": ("bool", "true", HEAD, "safe-to-evict on pool pods (#713)"),
+    "enable-warm-pool-eviction": ("bool", "true", RELEASE, "safe-to-evict on pool pods (#713)"),
 }
+
+#: flags with upstream's name, type and default whose effect here differs (see the note)
+FLAG_EFFECT_DIFFERS: frozenset[str] = frozenset({"cache-label-selectors"})
 
 FLAG_NOTES: dict[str, str] = {
     "enable-pprof": "Go runtime profiling has no Python equivalent",
@@ -109,8 +116,8 @@ FLAG_NOTES: dict[str, str] = {
     "pprof-block-profile-rate": "Go runtime profiling has no Python equivalent",
     "pprof-mutex-profile-fraction": "Go runtime profiling has no Python equivalent",
     "enable-tracing": "OTLP over HTTP, not gRPC; SandboxClaim spans only (docs/tracing.md)",
-    "sandbox-concurrent-workers": "35b9757f's default kept (see Decisions)",
-    "sandbox-claim-concurrent-workers": "35b9757f's default kept (see Decisions)",
+    "sandbox-concurrent-workers": "v1.0.1's default; exactly N in flight (see Decisions)",
+    "sandbox-claim-concurrent-workers": "v1.0.1's default; exactly N in flight (see Decisions)",
     "enable-webhook": "no webhook server here: v1alpha1 is served without conversion",
     "manage-webhook-certs": "no webhook server here",
     "webhook-port": "no webhook server here",
@@ -119,11 +126,11 @@ FLAG_NOTES: dict[str, str] = {
     "webhook-key-name": "no webhook server here; ours is controller-runtime's default",
     "webhook-service-name": "no webhook server here",
     "webhook-namespace": "no webhook server here",
-    "separate-watch-connection": "one connection pool; upstream default not recorded",
-    "api-connections": "one connection pool; upstream default not recorded",
-    "cache-label-selectors": "upstream type not recorded; our Pod cache is always label-scoped",
-    "sandbox-write-behind-window": "not implemented: metadata writes are synchronous (upstream 0)",
-    "enable-warm-pool-eviction": "HEAD's default: 35b9757f has no such flag (see Decisions)",
+    "separate-watch-connection": "one connection pool for requests, one for watches",
+    "api-connections": "one connection pool for requests, one for watches",
+    "cache-label-selectors": "both values: our caches are always label-scoped (see Decisions)",
+    "sandbox-write-behind-window": "pod label/annotation repairs only, <= 1 s (see Decisions)",
+    "enable-warm-pool-eviction": "v1.0.1's default: 35b9757f has no such flag",
     "enable-warm-pool-autoscaler": "ours: SandboxWarmPoolAutoscaler (docs/autoscaler-object.md)",
     "warm-pool-autoscaler-sync-period": "ours: autoscaler setting (docs/autoscaler-object.md)",
     "warm-pool-autoscaler-rate-window": "ours: autoscaler setting (docs/autoscaler-object.md)",
@@ -292,24 +299,44 @@ MACHINE_PREFIXES = ("process_", "python_")
 DECISIONS = """\
 ## Decisions
 
-- **Defaults.** A flag upstream 35b9757f already has keeps that version's default:
-  `--sandbox-concurrent-workers` 1 and `--sandbox-claim-concurrent-workers` 1, although
-  upstream HEAD raised them to 100 (#1220) and 50 (#996). Our reconcilers are asyncio tasks on one
-  event loop, so more workers mostly buy more concurrent API calls; a Deployment that wants HEAD's
-  numbers passes them (both are validated > 0 as upstream). A flag that only exists at HEAD takes
-  HEAD's default, there being no other: `--enable-warm-pool-eviction` is **true**,
-  `--sandbox-warm-pool-replenish-delay` 0 and `--sandbox-warm-pool-max-refill-rate` 0 (both off),
-  the grace period 5m and the unschedulable re-check 1m.
+- **Defaults.** Every flag of upstream v1.0.1 has v1.0.1's type and default:
+  `--sandbox-concurrent-workers` **100** and `--sandbox-claim-concurrent-workers` **50** (35b9757f
+  had 1 and 1), `--enable-warm-pool-eviction` is **true**, `--sandbox-warm-pool-replenish-delay` 0
+  and `--sandbox-warm-pool-max-refill-rate` 0 (both off), the grace period 5m, the unschedulable
+  re-check 1m, `--cache-label-selectors` false and `--sandbox-write-behind-window` 0.
+  `tests/integration/test_flags_upstream.py` reads the definitions out of v1.0.1's
+  `cmd/agent-sandbox-controller/main.go` and compares name, type and default with ours.
+- **Workers.** N workers are N reconciles of that controller in flight at once, never more
+  (`tests/unit/cli/test_workers_in_flight.py`, for the defaults and for other values). Ours are
+  asyncio tasks on one event loop, so more workers buy more API calls in flight, not more CPU.
+  Upstream's parallelism e2e tests (`test/e2e/parallelism_test.go`) set the worker flags by
+  editing the `agent-sandbox-controller` Deployment in `agent-sandbox-system` and waiting for
+  its rollout; a controller run outside the cluster never reads those arguments, so against one
+  a pass of those tests shows nothing about its workers.
+- **`--cache-label-selectors`** takes both values (Go's bool syntax) and changes nothing here:
+  our Pod, Service and PVC caches are always scoped to the tracking label
+  `agents.x-k8s.io/sandbox-name-hash`, so `false` does not widen them as it does upstream.
+  Upstream warns that with the flag on, a pre-provisioned child meant for adoption
+  (`agents.x-k8s.io/adoptable: "true"`) must also carry the tracking label (the owning Sandbox's
+  name hash), or its controller no longer sees it. Ours adopts such a child without the tracking
+  label under both values: the create of a child our caches do not show is answered
+  `AlreadyExists`, and the Sandbox controller then reads it from the API and adopts it
+  (`tests/integration/test_flags_v1_0_1.py`).
+- **`--sandbox-write-behind-window`** (a duration, default 0: nothing waits). With a window, the
+  Sandbox controller's repair of an owned pod's drifted labels and annotations, and only that,
+  waits up to the window, at most 1 s for pods as upstream, counted from the first pass that put
+  it off; the drifts of that time reach the pod as one patch, the one a pass without a window
+  would write at that moment. The status, owner references (adoptions), the Sandbox's
+  `agents.x-k8s.io/pod-name` annotation, creates and deletes are never put off, and a pass that
+  fails retries by the time the repair is due. Upstream defers the same patch by requeueing the
+  Sandbox; a negative window ends start-up with exit code 1, as upstream.
 - **Accepted with no effect.** The webhook flags (`--enable-webhook`, `--manage-webhook-certs`,
   `--webhook-port`, `--webhook-cert-dir`, `--webhook-cert-name`, `--webhook-key-name`,
-  `--webhook-service-name`, `--webhook-namespace`) and the connection-tuning flags
-  (`--separate-watch-connection`, `--api-connections`) parse with upstream's names so that a HEAD
-  Deployment's `args` start this binary; each one given logs one warning line at start-up. Names
-  and defaults are upstream HEAD's; we have no record of upstream's default for the
-  certificate/key file names (we show controller-runtime's `tls.crt`/`tls.key`) nor for the
-  connection flags (off / 1). `--cache-label-selectors` and `--sandbox-write-behind-window` are
-  not accepted (we have no record of upstream's type for the first; the second would change
-  behaviour): like any unknown flag they end start-up with one line and exit code 2.
+  `--webhook-service-name`, `--webhook-namespace`; upstream HEAD, not in v1.0.1) and v1.0.1's
+  connection-tuning flags (`--separate-watch-connection`, `--api-connections`) parse with
+  upstream's names so that such a Deployment's `args` start this binary; each one given logs one
+  warning line at start-up. We have no record of upstream's default for the certificate/key
+  file names (we show controller-runtime's `tls.crt`/`tls.key`).
 - **Replenish delay** (`--sandbox-warm-pool-replenish-delay`): a member *left* the pool when the
   previous pass kept it and this pass no longer sees it as an active member, unless the pool
   deleted it itself (stale, stuck, excess): a claim adopted it, or someone deleted it. Counted by
@@ -428,7 +455,8 @@ def render() -> str:
         "",
         "Every upstream flag, label and annotation key, condition reason and metric (upstream "
         "35b9757f and later HEAD changes), with ours beside it. *same* means "
-        "same name, type and default; anything else says why.",
+        "same name, type and default; anything else says why. The flags' upstream type and "
+        "default are v1.0.1's.",
         "",
         DECISIONS,
     ]
@@ -450,6 +478,8 @@ def render() -> str:
             verdict = "ours only"
         elif name in no_effect:
             verdict = "accepted, no effect"
+        elif name in FLAG_EFFECT_DIFFERS:
+            verdict = "same default, effect differs"
         elif (mine[0], mine[1]) == (up[0], up[1]):
             verdict = "same"
         else:

@@ -192,7 +192,12 @@ def register_controllers(mgr: Manager, opts: Options, *, autoscaler: bool = Fals
     from agentsandbox.controllers.warmpool import controller as warmpool
     from agentsandbox.controllers.warmpool.plan import Settings
 
-    sandbox.setup(mgr, opts.sandbox_concurrent_workers, opts.cluster_domain)
+    sandbox.setup(
+        mgr,
+        opts.sandbox_concurrent_workers,
+        opts.cluster_domain,
+        write_behind_window=opts.sandbox_write_behind_window,
+    )
     if opts.extensions:
         warmpool.setup(
             mgr,
@@ -271,6 +276,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("ignoring positional arguments: %s", " ".join(rest))
     for line in opts.warnings():
         log.warning("%s", line)
+    if opts.sandbox_write_behind_window > 0:
+        log.info(
+            "--sandbox-write-behind-window=%gs: pod label/annotation repairs may wait up to "
+            "%gs (at most 1s)",
+            opts.sandbox_write_behind_window,
+            min(opts.sandbox_write_behind_window, 1.0),
+        )
     if opts.enable_tracing and not start_tracing():
         return 1
     try:

@@ -75,8 +75,8 @@ def build_flagset() -> FlagSet:
         "as its default, 5 QPS)",
     )
     fs.add_int("kube-api-burst", 10, "Client burst to the API server; must be > 0")
-    fs.add_int("sandbox-concurrent-workers", 1, "Concurrent Sandbox reconciles; must be > 0")
-    fs.add_int("sandbox-claim-concurrent-workers", 1, "Concurrent SandboxClaim reconciles; > 0")
+    fs.add_int("sandbox-concurrent-workers", 100, "Concurrent Sandbox reconciles; must be > 0")
+    fs.add_int("sandbox-claim-concurrent-workers", 50, "Concurrent SandboxClaim reconciles; > 0")
     fs.add_int("sandbox-warm-pool-concurrent-workers", 1, "Concurrent warm pool reconciles; > 0")
     fs.add_int("sandbox-template-concurrent-workers", 1, "Concurrent SandboxTemplate reconciles")
     fs.add_int(
@@ -138,6 +138,21 @@ def build_flagset() -> FlagSet:
         "The width of the bins a SandboxWarmPoolAutoscaler counts claim arrivals in to detect "
         "bursts (only with --extensions and --enable-warm-pool-autoscaler)",
     )
+    fs.add_bool(
+        "cache-label-selectors",
+        False,
+        "Accepted with both values: the Pod, Service and PVC caches here are always scoped to "
+        "the tracking label agents.x-k8s.io/sandbox-name-hash (false does not widen them), and a "
+        'pre-provisioned agents.x-k8s.io/adoptable="true" child without that label is still '
+        "adopted (read from the API when its create is answered AlreadyExists)",
+    )
+    fs.add_duration(
+        "sandbox-write-behind-window",
+        0.0,
+        "How long the Sandbox controller may defer repairing a pod's drifted labels and "
+        "annotations, coalescing the repairs of that time into one patch; at most 1s for pods. "
+        "Status, owner references, creates and deletes are never deferred. 0 defers nothing",
+    )
     fs.add_bool("enable-webhook", True, "Run the webhook server (no effect: no webhook here)")
     fs.add_bool("manage-webhook-certs", True, "Manage the webhook serving certificates (no effect)")
     fs.add_int("webhook-port", 9443, "Webhook server port (no effect)")
@@ -198,6 +213,8 @@ class Options:
     sandbox_warm_pool_unschedulable_recheck_interval: float
     sandbox_warm_pool_replenish_delay: float
     sandbox_warm_pool_max_refill_rate: float
+    sandbox_write_behind_window: float
+    cache_label_selectors: bool
     enable_warm_pool_eviction: bool
     enable_warm_pool_autoscaler: bool
     warm_pool_autoscaler_sync_period: float
@@ -239,6 +256,8 @@ class Options:
             ),
             sandbox_warm_pool_replenish_delay=v("sandbox-warm-pool-replenish-delay"),
             sandbox_warm_pool_max_refill_rate=v("sandbox-warm-pool-max-refill-rate"),
+            sandbox_write_behind_window=v("sandbox-write-behind-window"),
+            cache_label_selectors=v("cache-label-selectors"),
             enable_warm_pool_eviction=v("enable-warm-pool-eviction"),
             enable_warm_pool_autoscaler=v("enable-warm-pool-autoscaler"),
             warm_pool_autoscaler_sync_period=v("warm-pool-autoscaler-sync-period"),
@@ -285,6 +304,7 @@ class Options:
         for flag, number in (
             ("sandbox-warm-pool-replenish-delay", self.sandbox_warm_pool_replenish_delay),
             ("sandbox-warm-pool-max-refill-rate", self.sandbox_warm_pool_max_refill_rate),
+            ("sandbox-write-behind-window", self.sandbox_write_behind_window),
         ):
             if number < 0:
                 out.append(f"--{flag} must not be negative")

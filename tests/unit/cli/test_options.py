@@ -27,10 +27,10 @@ def options(*argv: str) -> Options:
     return Options.from_values(values, given_flags(list(argv)))
 
 
-# Every upstream flag (upstream 35b9757f; docs/design/architecture.md, "The flags"): name ->
-# (type, default). Go's zap
-# flags are flag.Value types with string syntax and no default (production zap); here strings.
-UPSTREAM_FLAGS: dict[str, tuple[str, object]] = {
+# Every flag of upstream v1.0.1's manager that its cmd/agent-sandbox-controller/main.go defines:
+# name -> (type, default); durations in seconds. tests/integration/test_flags_upstream.py parses
+# upstream's main.go from the pinned module and checks this table against it.
+V1_0_1_FLAGS: dict[str, tuple[str, object]] = {
     "version": ("bool", False),
     "cluster-domain": ("string", "cluster.local"),
     "metrics-bind-address": ("string", ":8080"),
@@ -45,63 +45,72 @@ UPSTREAM_FLAGS: dict[str, tuple[str, object]] = {
     "pprof-mutex-profile-fraction": ("int", 10),
     "kube-api-qps": ("float", -1.0),
     "kube-api-burst": ("int", 10),
-    "sandbox-concurrent-workers": ("int", 1),
-    "sandbox-claim-concurrent-workers": ("int", 1),
+    "api-connections": ("int", 1),
+    "separate-watch-connection": ("bool", False),
+    "sandbox-concurrent-workers": ("int", 100),
+    "sandbox-claim-concurrent-workers": ("int", 50),
     "sandbox-warm-pool-concurrent-workers": ("int", 1),
     "sandbox-template-concurrent-workers": ("int", 1),
     "sandbox-warm-pool-max-batch-size": ("int", 300),
-    "zap-devel": ("bool", False),
-    "zap-encoder": ("string", ""),
-    "zap-log-level": ("string", ""),
-    "zap-stacktrace-level": ("string", ""),
-    "zap-time-encoding": ("string", ""),
-    "kubeconfig": ("string", ""),
-}
-# Upstream HEAD (after 35b9757f) warm-pool flags this CLI already accepts: durations, seconds.
-HEAD_EXTRA_FLAGS: dict[str, tuple[str, object]] = {
-    "sandbox-warm-pool-readiness-grace-period": ("duration", 300.0),  # 5m
-    "sandbox-warm-pool-unschedulable-recheck-interval": ("duration", 60.0),  # 1m
-    # #1250: SandboxClaim write reduction (wired by the claim controller).
-    "disable-claim-events": ("bool", False),
-    "disable-claim-observability-annotations": ("bool", False),
-    # #1251 / #713: warm pool refill pacing and autoscaler eviction (docs/compatibility.md).
     "sandbox-warm-pool-replenish-delay": ("duration", 0.0),
     "sandbox-warm-pool-max-refill-rate": ("float", 0.0),
+    "sandbox-warm-pool-readiness-grace-period": ("duration", 300.0),  # 5m
+    "sandbox-warm-pool-unschedulable-recheck-interval": ("duration", 60.0),  # 1m
     "enable-warm-pool-eviction": ("bool", True),
+    "cache-label-selectors": ("bool", False),
+    "disable-claim-events": ("bool", False),
+    "disable-claim-observability-annotations": ("bool", False),
+    "sandbox-write-behind-window": ("duration", 0.0),
 }
-# Upstream HEAD flags accepted with no effect (a warning each when given;
-# docs/design/architecture.md, "The flags"). The webhook names and defaults are upstream HEAD's;
-# cert/key file names and the connection flags' defaults are not upstream's flag defaults
-# (controller-runtime's tls.crt/tls.key; off / one connection).
+# The flags v1.0.1's binary also takes from controller-runtime (its main.go binds zap's options,
+# and controller-runtime's config package registers --kubeconfig): name -> (type, default, why
+# ours is shown so). Go's zap flags are flag.Value types with string syntax and no default.
+CONTROLLER_RUNTIME_FLAGS: dict[str, tuple[str, object, str]] = {
+    "zap-devel": ("bool", False, "zap.Options.BindFlags: a bool, false"),
+    "zap-encoder": ("string", "", "zap.Options.BindFlags: a flag.Value, unset"),
+    "zap-log-level": ("string", "", "zap.Options.BindFlags: a flag.Value, unset"),
+    "zap-stacktrace-level": ("string", "", "zap.Options.BindFlags: a flag.Value, unset"),
+    "zap-time-encoding": ("string", "", "zap.Options.BindFlags: a flag.Value, unset"),
+    "kubeconfig": ("string", "", "controller-runtime's client/config registers it, empty"),
+}
+# Flags we accept that v1.0.1 does not have: name -> (type, default, reason).
+_NO_WEBHOOK = "upstream's later webhook flag: accepted with no effect, we run no webhook server"
+OURS_ONLY_FLAGS: dict[str, tuple[str, object, str]] = {
+    "enable-webhook": ("bool", True, _NO_WEBHOOK),
+    "manage-webhook-certs": ("bool", True, _NO_WEBHOOK),
+    "webhook-port": ("int", 9443, _NO_WEBHOOK),
+    "webhook-cert-dir": ("string", "/tmp/k8s-webhook-server/serving-certs", _NO_WEBHOOK),
+    # the cert/key file names are controller-runtime's defaults (upstream's not recorded)
+    "webhook-cert-name": ("string", "tls.crt", _NO_WEBHOOK),
+    "webhook-key-name": ("string", "tls.key", _NO_WEBHOOK),
+    "webhook-service-name": ("string", "agent-sandbox-webhook-service", _NO_WEBHOOK),
+    "webhook-namespace": ("string", "agent-sandbox-system", _NO_WEBHOOK),
+    # the SandboxWarmPoolAutoscaler controller (docs/autoscaler-object.md) and its settings
+    # (tests/unit/cli/test_autoscaler_flags.py)
+    "enable-warm-pool-autoscaler": ("bool", True, "ours: runs the autoscaler controller"),
+    "warm-pool-autoscaler-sync-period": ("duration", 5.0, "ours: an autoscaler setting"),
+    "warm-pool-autoscaler-rate-window": ("duration", 600.0, "ours: an autoscaler setting"),
+    "warm-pool-autoscaler-burst-bin": ("duration", 10.0, "ours: an autoscaler setting"),
+}
+# Upstream flags accepted with no effect (a warning each when given; docs/design/architecture.md,
+# "The flags"): the webhook flags above and v1.0.1's connection flags.
 NO_EFFECT_FLAGS: dict[str, tuple[str, object]] = {
-    "enable-webhook": ("bool", True),
-    "manage-webhook-certs": ("bool", True),
-    "webhook-port": ("int", 9443),
-    "webhook-cert-dir": ("string", "/tmp/k8s-webhook-server/serving-certs"),
-    "webhook-cert-name": ("string", "tls.crt"),
-    "webhook-key-name": ("string", "tls.key"),
-    "webhook-service-name": ("string", "agent-sandbox-webhook-service"),
-    "webhook-namespace": ("string", "agent-sandbox-system"),
+    **{n: (kind, default) for n, (kind, default, why) in OURS_ONLY_FLAGS.items() if "webhook" in n},
     "separate-watch-connection": ("bool", False),
     "api-connections": ("int", 1),
 }
-
-
-# Ours only (not upstream's): the SandboxWarmPoolAutoscaler controller (docs/autoscaler-object.md).
-OURS_ONLY_FLAGS: dict[str, tuple[str, object]] = {
-    "enable-warm-pool-autoscaler": ("bool", True),
-    # its settings (tests/unit/cli/test_autoscaler_flags.py): durations, seconds
-    "warm-pool-autoscaler-sync-period": ("duration", 5.0),
-    "warm-pool-autoscaler-rate-window": ("duration", 600.0),  # 10m
-    "warm-pool-autoscaler-burst-bin": ("duration", 10.0),
+# Every flag of the binary that upstream v1.0.1's binary has too.
+UPSTREAM_FLAGS: dict[str, tuple[str, object]] = V1_0_1_FLAGS | {
+    n: (kind, default) for n, (kind, default, _) in CONTROLLER_RUNTIME_FLAGS.items()
 }
 
 
-def test_every_flag_has_upstreams_name_type_and_default() -> None:
-    """One table of all 25 upstream flags plus the HEAD extras and ours; no flag more, none
-    less."""
-    expected = UPSTREAM_FLAGS | HEAD_EXTRA_FLAGS | NO_EFFECT_FLAGS | OURS_ONLY_FLAGS
-    assert len(UPSTREAM_FLAGS) == 25
+def test_every_flag_has_upstream_v1_0_1s_name_type_and_default() -> None:
+    """One table of v1.0.1's 36 flags plus the ones only we take; no flag more, none less."""
+    ours_only = {n: (kind, default) for n, (kind, default, _) in OURS_ONLY_FLAGS.items()}
+    expected = UPSTREAM_FLAGS | ours_only
+    assert len(V1_0_1_FLAGS) == 30 and len(UPSTREAM_FLAGS) == 36
+    assert not set(UPSTREAM_FLAGS) & set(OURS_ONLY_FLAGS)
     flagset = build_flagset()
     assert set(flagset.flags) == set(expected)
     actual = {name: (f.kind, f.default) for name, f in flagset.flags.items()}
@@ -112,26 +121,36 @@ def test_every_flag_has_upstreams_name_type_and_default() -> None:
     assert values == {name: default for name, (_, default) in expected.items()} and rest == []
 
 
+def test_the_worker_defaults_are_v1_0_1s() -> None:
+    o = options()
+    assert (o.sandbox_concurrent_workers, o.sandbox_claim_concurrent_workers) == (100, 50)
+    assert o.sandbox_warm_pool_concurrent_workers == o.sandbox_template_concurrent_workers == 1
+    assert o.warnings() == []  # 152 workers: under 1000, and no QPS limit to warn about
+
+
 def test_options_carry_the_defaults() -> None:
     o = options()
     fields = {
         name: getattr(o, name.replace("-", "_"))
-        for name in UPSTREAM_FLAGS | HEAD_EXTRA_FLAGS
+        for name in UPSTREAM_FLAGS
         if hasattr(o, name.replace("-", "_"))
     }
-    # Every flag but --version (handled before Options), pprof (not applicable) and
-    # zap-stacktrace-level (parsed, not used) reaches Options unchanged.
-    assert set(UPSTREAM_FLAGS | HEAD_EXTRA_FLAGS) - set(fields) == {
+    # Every flag but --version (handled before Options), pprof (not applicable), the connection
+    # flags (no effect) and zap-stacktrace-level (parsed, not used) reaches Options unchanged.
+    assert set(UPSTREAM_FLAGS) - set(fields) == {
         "version",
         "enable-pprof",
         "enable-pprof-debug",
         "pprof-block-profile-rate",
         "pprof-mutex-profile-fraction",
         "zap-stacktrace-level",
+        "separate-watch-connection",
+        "api-connections",
     }
     assert not any(hasattr(o, n.replace("-", "_")) for n in NO_EFFECT_FLAGS)
+    assert o.sandbox_write_behind_window == 0.0 and o.cache_label_selectors is False
     for name, value in fields.items():
-        assert value == (UPSTREAM_FLAGS | HEAD_EXTRA_FLAGS)[name][1], name
+        assert value == (UPSTREAM_FLAGS)[name][1], name
     assert o.not_applicable == ()
     assert o.errors() == [] and o.warnings() == []
 
@@ -274,12 +293,6 @@ def test_negative_replenish_delay_or_refill_rate_is_rejected(flag: str) -> None:
     assert options(flag).errors() == [f"{flag.split('=')[0]} must not be negative"]
 
 
-def test_claim_workers_keep_the_seeds_default_not_heads_50() -> None:
-    """A flag upstream 35b9757f has keeps that version's default (HEAD #996 says 50):
-    docs/design/architecture.md, "The flags"; the list in docs/compatibility.md."""
-    assert options().sandbox_claim_concurrent_workers == 1
-
-
 @pytest.mark.parametrize("name", sorted(NO_EFFECT_FLAGS))
 def test_webhook_and_connection_flags_are_accepted_with_one_warning_each(name: str) -> None:
     kind, _ = NO_EFFECT_FLAGS[name]
@@ -288,4 +301,44 @@ def test_webhook_and_connection_flags_are_accepted_with_one_warning_each(name: s
     assert o.errors() == []
     assert o.warnings() == [
         f"--{name} is accepted for compatibility with upstream and has no effect here"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "value"),
+    [
+        ((), False),
+        (("--cache-label-selectors",), True),
+        (("--cache-label-selectors=true",), True),
+        (("-cache-label-selectors=false",), False),
+        (("--cache-label-selectors=0",), False),
+        (("--cache-label-selectors=T",), True),
+    ],
+)
+def test_cache_label_selectors_takes_both_values_with_go_bool_syntax(
+    argv: tuple[str, ...], value: bool
+) -> None:
+    """Both values start the binary (v1.0.1's args, which exit 2 before this flag existed
+    here); neither changes our caches, which are always scoped (docs/compatibility.md)."""
+    o = options(*argv)
+    assert o.cache_label_selectors is value
+    assert o.errors() == [] and o.warnings() == []
+
+
+def test_cache_label_selectors_takes_no_separate_value() -> None:
+    """A Go bool flag: ``--cache-label-selectors false`` leaves ``false`` as an argument."""
+    values, rest = build_flagset().parse(["--cache-label-selectors", "false"])
+    assert values["cache-label-selectors"] is True and rest == ["false"]
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("0", 0.0), ("250ms", 0.25), ("2s", 2.0)])
+def test_write_behind_window_is_a_go_duration(text: str, seconds: float) -> None:
+    o = options(f"--sandbox-write-behind-window={text}")
+    assert o.sandbox_write_behind_window == seconds
+    assert o.errors() == [] and o.warnings() == []
+
+
+def test_a_negative_write_behind_window_is_rejected_at_start_up_as_upstream() -> None:
+    assert options("--sandbox-write-behind-window=-1s").errors() == [
+        "--sandbox-write-behind-window must not be negative"
     ]

@@ -43,7 +43,7 @@ def test_no_effect_flags_are_upstream_head_flags_and_say_so() -> None:
     gen = _load_gen()
     text = DOC.read_text()
     for name in NO_EFFECT:
-        assert gen.UPSTREAM_FLAGS[name][2] == gen.HEAD
+        assert gen.UPSTREAM_FLAGS[name][2] in (gen.HEAD, gen.RELEASE)  # not 35b9757f's
         row = next(line for line in text.splitlines() if line.startswith(f"| `--{name}` |"))
         assert "accepted, no effect" in row
 
@@ -51,4 +51,16 @@ def test_no_effect_flags_are_upstream_head_flags_and_say_so() -> None:
 def test_decisions_record_the_defaults() -> None:
     text = DOC.read_text()
     assert "`--enable-warm-pool-eviction` is **true**" in text
-    assert "`--sandbox-claim-concurrent-workers` 1" in text
+    assert "`--sandbox-concurrent-workers` **100**" in text
+    assert "`--sandbox-claim-concurrent-workers` **50**" in text
+
+
+def test_the_flags_v1_0_1_has_are_accepted_with_v1_0_1s_type_and_default() -> None:
+    """No v1.0.1 flag ends start-up with exit 2 (as --cache-label-selectors and
+    --sandbox-write-behind-window once did): each is ours, with the same type and default."""
+    gen = _load_gen()
+    flags, _ = gen.our_flags()
+    for name, (kind, default, since, _) in gen.UPSTREAM_FLAGS.items():
+        if since == gen.HEAD:
+            continue
+        assert flags.get(name) == (kind, default), name

@@ -7,12 +7,20 @@ patch of ``/status`` holding only the fields that changed: this controller is th
 a Sandbox's status and never runs one key twice at once, so a stale read cannot lose someone
 else's write, and a stale cache is corrected by the pass our own write's watch event triggers.
 Unlike upstream's PUT, a status write never fails with 409 Conflict.
+
+``--sandbox-write-behind-window`` (:class:`WriteBehind`): with a window, the one write that the
+next pass would compute again from the caches, the repair of an owned pod's drifted labels and
+annotations, may wait up to the window (1 s at most) so that the drifts of that time reach the
+pod as one patch. Nothing else waits: creates, deletes, adoptions (owner references), the
+Sandbox's pod-name annotation and its status are written in the pass that decides them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from agentsandbox.api import keys
@@ -37,6 +45,86 @@ from agentsandbox.kube.store import KubeObject
 P = TypeVar("P", ChildStep, PodPlan)
 
 FIELD_MANAGER: Final = "sandbox-controller"
+#: The longest a pod's label/annotation repair waits, whatever the window (upstream's bound):
+#: on a claim's adoption it is the patch that takes the warm pool's safe-to-evict annotation off
+#: the pod, which must not stay on it for long.
+POD_METADATA_FLUSH_BOUND: Final = 1.0
+
+
+class WriteBehind:
+    """When each Sandbox's pending pod metadata repair was first put off, and nothing else.
+
+    No patch is kept: the pass that finds the repair due computes it again from the caches, so
+    it writes what an undeferred pass would have written then, and a restart loses nothing but
+    the start of a window of at most :data:`POD_METADATA_FLUSH_BOUND`. The window starts when a
+    pass first puts a repair off and is not re-armed by later passes (which would starve the
+    write under a stream of events); it ends when a pass writes the repair or finds none.
+    ``clock`` is monotonic seconds; tests pass a fake one.
+    """
+
+    def __init__(self, window: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if window < 0:
+            raise ValueError("the write-behind window must not be negative")
+        self.window = min(window, POD_METADATA_FLUSH_BOUND)
+        self._clock = clock
+        self._first: dict[tuple[str, str], float] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.window > 0
+
+    def left(self, key: tuple[str, str]) -> float:
+        """Seconds until the repair of ``key`` is due (0: write it now); the first call starts
+        the window."""
+        now = self._clock()
+        first = self._first.setdefault(key, now)
+        return max(0.0, first + self.window - now)
+
+    def clear(self, key: tuple[str, str]) -> None:
+        self._first.pop(key, None)
+
+    def pending(self) -> int:
+        return len(self._first)
+
+
+@dataclass
+class Deferral:
+    """One pass's use of :class:`WriteBehind` for one Sandbox: ``wait`` is set (seconds) when
+    the pass put its pod's metadata repair off, so that the pass asks to run again by then."""
+
+    write_behind: WriteBehind
+    key: tuple[str, str]
+    wait: float | None = None
+
+    def holds(self, step: ChildStep) -> bool:
+        """Whether ``step`` is put off: a repair of the pod's labels or annotations whose window
+        is still open."""
+        if not is_metadata_repair(step):
+            return False
+        left = self.write_behind.left(self.key)
+        if left <= 0:
+            return False
+        self.wait = left if self.wait is None else min(self.wait, left)
+        return True
+
+    def settle(self) -> None:
+        """End of a pass that succeeded: a pass that put nothing off ends the window."""
+        if self.wait is None:
+            self.write_behind.clear(self.key)
+
+
+def is_metadata_repair(step: ChildStep) -> bool:
+    """A patch of nothing but labels and annotations: an owned child's metadata sync. An
+    adoption also sets owner references (and carries a resourceVersion), so it is not one."""
+    if step.action is not Action.PATCH or not step.body:
+        return False
+    meta = step.body.get("metadata")
+    return (
+        set(step.body) == {"metadata"}
+        and isinstance(meta, Mapping)
+        and bool(meta)
+        and set(meta) <= {"labels", "annotations"}
+    )
 
 
 class SandboxReconcileError(ApiError):
@@ -73,11 +161,23 @@ class SandboxWriter:
     (:attr:`created_pods`) and the status it last wrote (:attr:`status_memory`).
     """
 
-    def __init__(self, client: Client, recorder: EventRecorder | None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        recorder: EventRecorder | None,
+        write_behind: WriteBehind | None = None,
+    ) -> None:
         self.client = client
         self.recorder = recorder
         self.created_pods = CreatedPods()
         self.status_memory = StatusMemory()
+        self.write_behind = write_behind or WriteBehind()
+
+    def deferral(self, namespace: str, name: str) -> Deferral | None:
+        """This pass's :class:`Deferral` for the Sandbox; None when the window is 0."""
+        if not self.write_behind.enabled:
+            return None
+        return Deferral(self.write_behind, (namespace, name))
 
     async def apply(
         self,
@@ -88,15 +188,20 @@ class SandboxWriter:
         replan: Callable[[KubeObject], P],
         *,
         retried: bool = False,
+        deferral: Deferral | None = None,
     ) -> tuple[P, KubeObject | None, str | None]:
         """Do one child step; return (the plan done, the child it leaves, failure message).
 
         A create answered ``AlreadyExists`` reads the object from the API and re-plans the step
         with it, once: the object exists but our label-scoped cache does not show it.
+        ``deferral``: a metadata repair it holds is not written; the pass goes on with the child
+        as the repair would leave it (what the pass reports does not depend on labels).
         """
         step = step_of(planned)
         if step.error:
             return planned, None, None
+        if deferral is not None and deferral.holds(step):
+            return planned, _as_object(step.result), None
         get_wrap = _GET_WRAPS.get(resource.kind, "")
         try:
             if step.action is Action.CREATE:
@@ -231,9 +336,13 @@ def _keep(step: ChildStep) -> Callable[[KubeObject], ChildStep]:
 
 __all__ = [
     "FIELD_MANAGER",
+    "POD_METADATA_FLUSH_BOUND",
+    "Deferral",
     "SandboxReconcileError",
     "SandboxWriter",
+    "WriteBehind",
     "error_message",
+    "is_metadata_repair",
     "pod_step",
     "same_step",
 ]

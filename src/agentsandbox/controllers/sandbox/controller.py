@@ -32,6 +32,7 @@ from agentsandbox.controllers.common.podcache import pod_informer
 from agentsandbox.controllers.sandbox.act import (
     SandboxReconcileError,
     SandboxWriter,
+    WriteBehind,
     error_message,
     pod_step,
     same_step,
@@ -149,6 +150,7 @@ class SandboxReconciler:
         self._unconfirmed.discard((req.namespace, req.name))
         cached = self.sandboxes.get(req.name, req.namespace)
         if cached is None or cached["metadata"].get("deletionTimestamp"):
+            self.writer.write_behind.clear((req.namespace, req.name))
             return None  # no finalizer: children go with the garbage collector
         sandbox = self.status_memory.apply(cached)  # our last status write, if the cache lags
         snap = self.observe(sandbox)
@@ -166,6 +168,7 @@ class SandboxReconciler:
             return Result(requeue_after=decision.requeue_after)
         if decision.phase is Phase.EXPIRED:
             assert decision.expiry is not None
+            self.writer.write_behind.clear((req.namespace, req.name))
             await self.writer.expire(snap, decision.expiry, decision.status)
             return None
         return await self._reconcile_children(snap, decision)
@@ -199,15 +202,18 @@ class SandboxReconciler:
             if outcome(step, failure):
                 break
 
-        # The pod, then the pod-name annotation its plan asks for.
+        # The pod, then the pod-name annotation its plan asks for. A repair of the pod's
+        # labels and annotations may wait (--sandbox-write-behind-window; act.WriteBehind).
         assert decision.pod is not None
         planned_pod = plan_pod(snap, blocking) if blocking else decision.pod
+        deferral = self.writer.deferral(ns, meta["name"])
         pod_plan, pod, failure = await self.writer.apply(
             PODS,
             ns,
             planned_pod,
             pod_step,
             lambda live: plan_pod(with_pod(snap, live), blocking),
+            deferral=deferral,
         )
         outcome(pod_plan.step, failure)
         if pod_plan.step.action is Action.CREATE and failure is None and pod is not None:
@@ -241,13 +247,18 @@ class SandboxReconciler:
                 await self.writer.write_status(sandbox, done.status)
         except KubeError as err:
             messages.append(f"status update failed: {error_message(err)}")
+        put_off = deferral.wait if deferral is not None else None
         if messages:
             # however long the backoff has grown, retry no later than the pass would have
-            # requeued by itself (an expiry due in that time must not be postponed)
-            raise SandboxReconcileError(
-                f"{ns}/{meta['name']}", messages, retry_within=done.requeue_after
-            )
+            # requeued by itself (an expiry due in that time, a pod repair put off, must not be
+            # postponed)
+            bound = min(filter(None, (done.requeue_after, put_off)), default=None)
+            raise SandboxReconcileError(f"{ns}/{meta['name']}", messages, retry_within=bound)
+        if deferral is not None:
+            deferral.settle()
         requeue = done.requeue_after
+        if put_off is not None:  # the pass that writes the repair put off here
+            requeue = min(requeue or put_off, put_off)
         if held is not None:  # the pod's Ready event comes first, or this pass writes it
             requeue = min(requeue or held, held)
         if (ns, meta["name"]) in self._unconfirmed:
@@ -262,17 +273,22 @@ def _pvc_replanner(snap: Snapshot, index: int) -> Callable[[KubeObject], ChildSt
 
 
 def setup(
-    mgr: Manager, workers: int = 1, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+    mgr: Manager,
+    workers: int = 1,
+    cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
+    write_behind_window: float = 0.0,
 ) -> Controller:
     """Register the Sandbox controller with a manager (``--sandbox-concurrent-workers``,
-    ``--cluster-domain``)."""
+    ``--cluster-domain``, ``--sandbox-write-behind-window``)."""
     tracked = keys.LABEL_SANDBOX_NAME_HASH
     sandboxes = mgr.get_informer(SANDBOXES)
     pods = pod_informer(mgr)  # before the watch below asks for it without the transform
     services = mgr.get_informer(SERVICES, label_selector=tracked)
     pvcs = mgr.get_informer(PERSISTENTVOLUMECLAIMS, label_selector=tracked)
     reconciler = SandboxReconciler(
-        SandboxWriter(mgr.client, mgr.event_recorder(EVENT_REPORTER)),
+        SandboxWriter(
+            mgr.client, mgr.event_recorder(EVENT_REPORTER), WriteBehind(write_behind_window)
+        ),
         sandboxes,
         pods,
         services,
