@@ -6,13 +6,15 @@ Per claim ``i`` (due at ``t0 + i / rate``; the list and each write's reason are 
 ``docs/benchmarks.md``, "P1's ceiling"):
 
 1. the client's claim create (``POST sandboxclaims``);
-2. the adoption patch of a pre-created pool sandbox (``PATCH sandboxes``, the body our claim
+2. the claim's first-observed annotation (``PATCH sandboxclaims``, preconditioned on the version
+   the create returned, as our claim controller sends it: first, before anything else);
+3. the adoption patch of a pre-created pool sandbox (``PATCH sandboxes``, the body our claim
    controller sends: ``adoption_patch``);
 
 then, concurrently, as three controllers would:
 
 - the claim's status, Ready with ``status.sandbox.name`` (``PATCH sandboxclaims/status``), then
-  its first-observed / first-Ready observability annotations (``PATCH sandboxclaims``);
+  its first-Ready guard annotations (``PATCH sandboxclaims``);
 - the adopted pod's labels, which the adoption changed in the pod template (``PATCH pods``),
   and the adopted sandbox's status at its new generation (``PATCH sandboxes/status``);
 - the replacement: ``POST sandboxes`` (the pool's blueprint), ``POST pods``, and its status
@@ -50,9 +52,15 @@ RATES = tuple(range(10, 55, 5))  # 10, 15, ..., 50 claims/s
 # the writes per warm claim this script makes: (resource, verb) -> count; docs/benchmarks.md
 WRITES: tuple[tuple[str, str, str], ...] = (
     ("sandboxclaims", "create", "the claim (the client)"),
+    (
+        "sandboxclaims",
+        "patch",
+        "the claim's first-observed annotation, on the claim before its Ready (upstream's e2e "
+        "test reads it on the Ready claim; first, as upstream writes it)",
+    ),
     ("sandboxes", "patch", "the adoption"),
     ("sandboxclaims/status", "patch", "the claim's status: Ready, status.sandbox.name"),
-    ("sandboxclaims", "patch", "the claim's first-observed and first-Ready annotations"),
+    ("sandboxclaims", "patch", "the claim's first-Ready guard annotations, after its Ready"),
     ("pods", "patch", "the adopted pod's labels (the adoption changed the pod template's)"),
     ("sandboxes/status", "patch", "the adopted sandbox's status at its new generation"),
     ("sandboxes", "create", "the pool's replacement"),
@@ -161,19 +169,12 @@ async def step(b: Bench, rate: float, claims: int, limit: float = 300.0) -> dict
                     await writer.patch(
                         SANDBOX_CLAIMS, name, claim_status(sb, gen), ns, subresource="status"
                     )
-                    stamp = _now()
+                    guards = {
+                        keys.ANNOTATION_CLAIM_FIRST_READY_AT: _now(),
+                        keys.ANNOTATION_CREATION_LATENCY_RECORDED: "true",
+                    }
                     await writer.patch(
-                        SANDBOX_CLAIMS,
-                        name,
-                        {
-                            "metadata": {
-                                "annotations": {
-                                    keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT: stamp,
-                                    keys.ANNOTATION_CLAIM_FIRST_READY_AT: stamp,
-                                }
-                            }
-                        },
-                        ns,
+                        SANDBOX_CLAIMS, name, {"metadata": {"annotations": guards}}, ns
                     )
 
                 async def sandbox_path(adopted: dict[str, Any]) -> None:
@@ -199,6 +200,11 @@ async def step(b: Bench, rate: float, claims: int, limit: float = 300.0) -> dict
                     sent[name] = time.monotonic()
                     try:
                         claim = await client.create(SANDBOX_CLAIMS, warm_claim(name, POOL), ns)
+                        first = {
+                            "resourceVersion": claim["metadata"]["resourceVersion"],
+                            "annotations": {keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT: _now()},
+                        }
+                        await writer.patch(SANDBOX_CLAIMS, name, {"metadata": first}, ns)
                         sb = pool[i]
                         adopted = await writer.patch(
                             SANDBOXES, sb["metadata"]["name"], adoption_patch(sb, claim, tpl), ns

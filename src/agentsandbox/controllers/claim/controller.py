@@ -33,7 +33,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agentsandbox.api import keys
 from agentsandbox.api.conditions import find_condition
 from agentsandbox.api.owners import controller_of
 from agentsandbox.api.resources import (
@@ -143,7 +142,14 @@ class ClaimReconciler:
             return None
         await self._remove_legacy_network_policy(claim)
         now = self.clock()
-        claim = self._with_first_observed(key, claim, now)
+        claim, first_observed = self._with_first_observed(key, claim, now)
+        if first_observed and self.observability_annotations:
+            # persisted before anything else this pass writes, so before any status write:
+            # a watcher that sees the claim Ready sees the annotation too
+            written_claim = await self.write_first_observed(claim, first_observed)
+            if written_claim is None:  # changed or deleted under us: look again
+                return Result(requeue_after=CONFLICT_RECHECK)
+            claim = written_claim
         expired, left = expiry(claim, now)
         if expired and _ready_reason(claim) != REASON_CLAIM_EXPIRED:
             return await self._mark_expired(claim, now)  # made visible before anything is deleted
@@ -241,21 +247,25 @@ class ClaimReconciler:
             )
 
     # ---------------------------------------------------------------- observability
-    def _with_first_observed(self, key: str, claim: KubeObject, now: float) -> KubeObject:
-        """The claim with its controller-first-observed-at annotation: the persisted one, else
-        when this process first saw it (written with the first-Ready annotations, one write)."""
+    def _with_first_observed(
+        self, key: str, claim: KubeObject, now: float
+    ) -> tuple[KubeObject, dict[str, str] | None]:
+        """The claim with its controller-first-observed-at annotation (the persisted one, else
+        when this process first saw it), and that annotation when the claim does not carry it
+        yet (None when it does)."""
         uid = claim["metadata"]["uid"]
         seen = self._observed.get(key)
         if seen is None or seen[0] != uid:
             seen = self._observed[key] = (uid, now)
         added = claim_metrics.controller_first_observed(claim, seen[1])
         if not added:
-            return claim
+            return claim, None
         meta = claim["metadata"]
-        return {
+        annotated = {
             **claim,
             "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}), **added}},
         }
+        return annotated, added
 
     @tracing.ready_span
     async def _first_ready(
@@ -266,17 +276,9 @@ class ClaimReconciler:
         self._observed.pop(key, None)
         annotations = claim_metrics.first_ready_annotations(claim, now)
         claim_metrics.observe_first_ready(claim, sandbox, now)
-        if not self.observability_annotations:
+        if not self.observability_annotations or not annotations:
             return
         meta = claim["metadata"]
-        first = meta.get("annotations", {}).get(keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT)
-        original = self.claims.get(meta["name"], meta["namespace"]) or claim
-        if first and keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT not in (
-            original["metadata"].get("annotations") or {}
-        ):
-            annotations[keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT] = first
-        if not annotations:
-            return
         try:
             await self.client.patch(
                 SANDBOX_CLAIMS,
@@ -348,7 +350,24 @@ class ClaimReconciler:
                 )
         return sb
 
-    # ---------------------------------------------------------------- status
+    # ---------------------------------------------------------------- writes
+    async def write_first_observed(
+        self, claim: KubeObject, annotations: Mapping[str, str]
+    ) -> KubeObject | None:
+        """Persist the claim's first-observed annotation: one merge patch of its metadata,
+        preconditioned on the ``resourceVersion`` this pass read (docs/design/claim.md,
+        "Observability"). Returns the claim as written (the rest of the pass, its status write
+        included, goes on from that version); None when the claim changed or went since this
+        pass read it (look again)."""
+        meta = claim["metadata"]
+        body = {
+            "metadata": {"resourceVersion": meta["resourceVersion"], "annotations": annotations}
+        }
+        try:
+            return await self.client.patch(SANDBOX_CLAIMS, meta["name"], body, meta["namespace"])
+        except (Conflict, NotFound):
+            return None
+
     @tracing.status_span
     async def write_status(self, claim: KubeObject, status: Mapping[str, Any]) -> bool:
         """One merge patch of the status, preconditioned on the claim's resourceVersion.

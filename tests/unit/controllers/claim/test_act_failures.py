@@ -159,6 +159,7 @@ async def test_create_conflicting_with_our_own_sandbox_the_cache_missed_uses_it(
     ours = h.add(SANDBOXES.plural, _same_name_sandbox(c["metadata"]["uid"]), cache=False)
     await h.reconcile()
     assert [c[:2] for c in h.api.writes()] == [
+        ("patch", "sandboxclaims"),  # the first-observed annotation
         ("create", "sandboxes"),
         ("patch-status", "sandboxclaims"),
     ]

@@ -338,7 +338,7 @@ async def test_adoption_carries_the_vetted_resource_version_a_lost_race_takes_th
     touched: list[str] = []
 
     def another_claim_takes_it(verb: str, plural: str, name: str) -> None:
-        if verb == "patch" and not touched:
+        if (verb, plural) == ("patch", "sandboxes") and not touched:
             touched.append(name)
             stored = h.api.objects[(plural, NS, name)]
             stored["metadata"]["ownerReferences"] = [
@@ -963,7 +963,10 @@ async def test_same_name_sandbox_controlled_by_the_claim_is_used_without_error()
     h.add(SANDBOXES.plural, sb)
     h.api.calls.clear()
     assert await h.reconcile() is None
-    assert [w[0] for w in h.api.writes()] == ["patch-status"]
+    assert [w[:2] for w in h.api.writes()] == [
+        ("patch", "sandboxclaims"),  # the first-observed annotation
+        ("patch-status", "sandboxclaims"),
+    ]
     assert h.ready()["reason"] == "DependenciesNotReady"
 
 
@@ -1457,9 +1460,10 @@ def _sample(name: str, labels: dict[str, str]) -> float:
 
 
 async def test_first_ready_records_the_latency_once_and_writes_the_guard_annotations_once() -> None:
-    """Observability annotations on (upstream's default): one extra claim write, at the first
-    Ready, carrying controller-first-observed-at, claim-first-ready-at and
-    creation-latency-recorded; a later pass records nothing again."""
+    """Observability annotations on (upstream's default): two claim metadata writes, the
+    first-observed annotation before anything else, then claim-first-ready-at and
+    creation-latency-recorded after the status write that turned Ready True; a later pass
+    records and writes nothing again."""
     h = Harness()
     setup_pool(h)
     h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
@@ -1478,6 +1482,7 @@ async def test_first_ready_records_the_latency_once_and_writes_the_guard_annotat
     h.api.calls.clear()
     await h.reconcile()
     assert [w[:2] for w in h.api.writes()] == [
+        ("patch", "sandboxclaims"),
         ("patch", "sandboxes"),
         ("patch-status", "sandboxclaims"),
         ("patch", "sandboxclaims"),
