@@ -48,6 +48,7 @@ from agentsandbox.controllers.warmpool import controller as warmpool
 from agentsandbox.controllers.warmpool.plan import Settings
 from agentsandbox.devcluster.cluster import LIFECYCLE_LABEL
 from agentsandbox.kube.client import Client
+from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import PODS, Resource
 from tests.polling import eventually
@@ -98,6 +99,12 @@ class Timeline:
     """Every version of the namespace's Sandboxes, Pods and claims from a point on."""
 
     events: list[Seen] = field(default_factory=list)
+    listed: dict[str, int] = field(default_factory=dict)  # kind -> the version watched from
+
+    def caught_up(self, kind: str, rv: int) -> bool:
+        """The record of ``kind`` holds everything up to version ``rv``."""
+        seen = (e.rv for e in self.events if e.kind == kind)
+        return rv <= self.listed[kind] or any(v >= rv for v in seen)
 
     def of(self, kind: str, name: str, after: int) -> list[Seen]:
         return sorted(
@@ -115,6 +122,7 @@ async def recording(client: Client, ns: str) -> AsyncIterator[Timeline]:
 
     async def watch(resource: Resource, done: asyncio.Event) -> None:
         since = (await client.list(resource, ns)).resource_version
+        timeline.listed[resource.kind] = int(since)
         done.set()
         async with client.watch(resource, ns, resource_version=since) as stream:
             async for ev in stream:
@@ -141,10 +149,16 @@ async def recording(client: Client, ns: str) -> AsyncIterator[Timeline]:
 
 
 async def ready_again(client: Client, ns: str, name: str, old_uid: str) -> dict[str, Any] | None:
+    """The Sandbox, once a pod other than ``old_uid`` is Ready and, read after it, the Sandbox is
+    Ready (a Sandbox read first could still show its Ready from before the loss)."""
+    try:
+        pod = await client.get(PODS, name, ns)
+    except NotFound:
+        return None
+    if pod["metadata"]["uid"] == old_uid or ready_of(pod).get("status") != "True":
+        return None
     sb = await client.get(SANDBOXES, name, ns)
-    pod = await client.get(PODS, name, ns)
-    replaced = pod["metadata"]["uid"] != old_uid
-    return sb if replaced and ready_of(sb).get("status") == "True" else None
+    return sb if ready_of(sb).get("status") == "True" else None
 
 
 @dataclass(frozen=True)
@@ -169,12 +183,15 @@ async def lose_the_pod(client: Client, ns: str, name: str, claim: str | None = N
             what=f"sandbox {name} Ready again on a new pod",
         )
         back_rv = int(back["metadata"]["resourceVersion"])
+        pod_rv = int((await client.get(PODS, name, ns))["metadata"]["resourceVersion"])
         await eventually(
-            lambda: any(e.kind == "Sandbox" and e.rv >= back_rv for e in timeline.events),
+            lambda: timeline.caught_up("Sandbox", back_rv) and timeline.caught_up("Pod", pod_rv),
             within=10,
-            what="the watch to see the Sandbox Ready again",
+            what="the watches to see the Sandbox and its new pod Ready",
         )
-        if claim is not None:
+        after = timeline.of("Sandbox", name, deleted_at)
+        dipped = any(e.ready.get("status") != "True" for e in after)
+        if claim is not None and dipped:  # else check_order says what went wrong
 
             def states() -> list[tuple[int, Any, Any]]:
                 seen = timeline.of("SandboxClaim", claim, deleted_at)
@@ -204,7 +221,9 @@ def check_order(loss: Loss, name: str) -> tuple[list[dict[str, Any]], int]:
     new_pod = [
         e for e in timeline.of("Pod", name, deleted_at) if e.obj["metadata"]["uid"] != loss.old_uid
     ]
-    pod_ready = next(e.rv for e in new_pod if e.ready.get("status") == "True")
+    ready_pod = next(e for e in new_pod if e.ready.get("status") == "True")
+    pod_ready = ready_pod.rv
+    assert "reason" not in ready_pod.ready, "the slow-ready stage drops the not-ready reason"
     assert any(
         e.obj["status"].get("phase") == "Running" and e.ready.get("status") == "False"
         for e in new_pod
@@ -229,6 +248,7 @@ def check_order(loss: Loss, name: str) -> tuple[list[dict[str, Any]], int]:
     gap = [e.ready for e in sandbox if first_false.rv <= e.rv < back.rv]
     assert distinct([c["message"] for c in gap]) == [PENDING, RUNNING_NOT_READY], statuses
     assert all(c["status"] == "False" and c["reason"] == "DependenciesNotReady" for c in gap)
+    print(f"\n{name}: pod Ready at rv {pod_ready}; sandbox Ready (rv, status, message): {statuses}")
     return gap, back.rv
 
 
