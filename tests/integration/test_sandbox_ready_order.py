@@ -2,11 +2,10 @@
 
 Upstream's e2e test ``TestWarmPoolSandboxWatcher`` deletes the pod of a Sandbox a claim adopted
 from a warm pool and waits for the Sandbox to show Ready other than True. On kwok's ordinary pods
-the replacement is Ready within milliseconds, so whether a poll ever sees the gap is luck (it
-fails against upstream's own controller). Here the pod template carries the kwok lifecycle
-``slow-ready``: the replacement pod runs with Ready=False for 2 s before it turns Ready, and a
-watch on the namespace records every version of the Sandbox, its pods and the claim, so the
-order is checked rather than sampled:
+the replacement is Ready within milliseconds, so whether a poll ever sees the gap is luck. Here
+the pod template carries the kwok lifecycle ``slow-ready``: the replacement pod runs with
+Ready=False for 2 s before it turns Ready, and a watch on the namespace records every version of
+the Sandbox, its pods and the claim, so the order is checked rather than sampled:
 
 - the first Sandbox status after the deletion says Ready=False/DependenciesNotReady, "Pod exists
   with phase: Pending" (the replacement was created in the same pass, as upstream does), with no
