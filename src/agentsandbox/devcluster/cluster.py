@@ -40,7 +40,7 @@ KCM_CONTROLLERS = (
 )
 NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 LIFECYCLE_LABEL = "kwok.agentsandbox.dev/lifecycle"
-"""Pod label read by our kwok stages: ``never-ready``, ``succeed`` or ``fail``."""
+"""Pod label read by our kwok stages: ``never-ready``, ``slow-ready``, ``succeed`` or ``fail``."""
 
 
 def free_port() -> int:

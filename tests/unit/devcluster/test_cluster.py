@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from importlib import resources
+from typing import Any
 
 import yaml
 from cryptography import x509
@@ -64,3 +65,69 @@ def test_kwok_config_has_every_stage_the_tests_rely_on() -> None:
     # ordinary pods must not match the never-ready stage, and vice versa
     ready_keys = [e["key"] for e in stages["pod-ready"]["spec"]["selector"]["matchExpressions"]]
     assert any(LIFECYCLE_LABEL in k for k in ready_keys)
+
+
+def _pod_stages() -> dict[str, dict[str, Any]]:
+    text = resources.files("agentsandbox.devcluster").joinpath("kwok-stages.yaml").read_text()
+    return {
+        d["metadata"]["name"]: d
+        for d in yaml.safe_load_all(text)
+        if d["kind"] == "Stage" and d["spec"]["resourceRef"]["kind"] == "Pod"
+    }
+
+
+def _query(pod: dict[str, Any], key: str) -> list[Any]:
+    """The values kwok's jq ``key`` yields for ``pod``, for the keys our pod stages use."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    if key == ".metadata.deletionTimestamp":
+        found = meta.get("deletionTimestamp")
+    elif key == ".status.phase":
+        found = status.get("phase")
+    elif key == f'.metadata.labels["{LIFECYCLE_LABEL}"]':
+        found = (meta.get("labels") or {}).get(LIFECYCLE_LABEL)
+    elif key == '.status.conditions.[] | select( .type == "Ready" ) | .status':
+        return [c["status"] for c in status.get("conditions") or () if c["type"] == "Ready"]
+    else:
+        raise AssertionError(f"a pod stage selects on {key!r}, which this test does not know")
+    return [] if found is None else [found]
+
+
+def _matching(pod: dict[str, Any]) -> set[str]:
+    """The pod stages whose selector matches ``pod`` (kwok's In/NotIn/Exists/DoesNotExist)."""
+    out = set()
+    for name, stage in _pod_stages().items():
+        ok = True
+        for expr in stage["spec"]["selector"]["matchExpressions"]:
+            values, op = _query(pod, expr["key"]), expr["operator"]
+            hit = any(str(v) in expr.get("values", ()) for v in values)
+            ok &= {"In": hit, "NotIn": not hit, "Exists": bool(values)}.get(op, not values)
+        if ok:
+            out.add(name)
+    return out
+
+
+def _pod(phase: str, lifecycle: str | None = None, ready: str | None = None) -> dict[str, Any]:
+    labels = {LIFECYCLE_LABEL: lifecycle} if lifecycle else {}
+    conditions = [{"type": "Ready", "status": ready}] if ready else []
+    return {"metadata": {"labels": labels}, "status": {"phase": phase, "conditions": conditions}}
+
+
+def test_slow_ready_pods_run_not_ready_then_turn_ready_after_a_delay_others_unaffected() -> None:
+    stages = _pod_stages()
+    assert _matching(_pod("Pending", "slow-ready")) == {"pod-running-slow-ready"}
+    assert _matching(_pod("Running", "slow-ready", "False")) == {"pod-slow-ready"}
+    assert _matching(_pod("Running", "slow-ready", "True")) == set()
+    assert stages["pod-slow-ready"]["spec"]["delay"]["durationMilliseconds"] >= 2000
+    running = stages["pod-running-slow-ready"]["spec"]["next"]["statusTemplate"]
+    assert 'type: Ready, status: "False"' in running and "phase: Running" in running
+    assert (
+        'type: Ready, status: "True"' in stages["pod-slow-ready"]["spec"]["next"]["statusTemplate"]
+    )
+    # the other lifecycles still take their own path
+    assert _matching(_pod("Pending")) == {"pod-ready"}
+    assert _matching(_pod("Pending", "never-ready")) == {"pod-running-never-ready"}
+    assert _matching(_pod("Running", "never-ready", "False")) == set()
+    assert _matching(_pod("Running", "succeed", "True")) == {"pod-succeed"}
+    deleting = _pod("Running", "slow-ready", "False")
+    deleting["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    assert _matching(deleting) == {"pod-delete"}
