@@ -182,16 +182,16 @@ UPSTREAM_REASONS: dict[tuple[str, str], tuple[str, str]] = {
     ("Sandbox", "SandboxSuspended"): (SEED, "Ready False when suspended"),
     ("Sandbox", "ReconcilerError"): (SEED, "Ready False on a child error"),
     ("Sandbox", "SandboxExpired"): (SEED, "Ready False after shutdownTime"),
-    ("Sandbox", "PodTerminated"): (SEED, "Suspended True"),
-    ("Sandbox", "PodNotTerminated"): (SEED, "Suspended False"),
+    ("Sandbox", "PodTerminated"): (SEED, "Suspended True: the pod is gone"),
+    ("Sandbox", "PodNotTerminated"): (SEED, "Suspended False (deprecated by #1150)"),
     ("Sandbox", "PodSucceeded"): (SEED, "Finished True"),
     ("Sandbox", "PodFailed"): (SEED, "Finished True"),
     ("Sandbox", "PodScheduled"): (HEAD, "PodScheduled mirror (#1291)"),
     ("Sandbox", "PodSchedulingUnknown"): (HEAD, "PodScheduled mirror (#1291)"),
-    ("Sandbox", "PodTerminating"): (HEAD, "Suspended (#1150)"),
-    ("Sandbox", "PodNotOwned"): (HEAD, "Suspended (#1150)"),
-    ("Sandbox", "NotSuspended"): (HEAD, "Suspended (#1150)"),
-    ("Sandbox", "PodStateUnknown"): (HEAD, "Suspended (#1150)"),
+    ("Sandbox", "PodTerminating"): (HEAD, "Suspended False: our pod still terminating (#1150)"),
+    ("Sandbox", "PodNotOwned"): (HEAD, "Suspended False: a pod not ours holds the name (#1150)"),
+    ("Sandbox", "NotSuspended"): (HEAD, "Suspended False: running (#1150)"),
+    ("Sandbox", "PodStateUnknown"): (HEAD, "Suspended Unknown: the pod could not be read (#1150)"),
     ("Sandbox", "MultiplePods"): (HEAD, "Ready False (#1337)"),
     ("SandboxClaim", "TemplateNotFound"): (SEED, "template missing"),
     ("SandboxClaim", "InvalidMetadata"): (SEED, "claim metadata rejected"),
@@ -221,6 +221,7 @@ REASON_OVERRIDES: dict[tuple[str, str], str] = {
     ("agentsandbox.api.conditions", "REASON_CLAIM_EXPIRED"): "SandboxClaim",
 }
 REASON_NOTES: dict[tuple[str, str], str] = {
+    ("Sandbox", "PodNotTerminated"): "not written, as upstream v1.0.1 (PodTerminating replaced it)",
     ("SandboxWarmPool", "*"): "ours: upstream tried pool conditions and dropped them (#1328)",
     ("SandboxWarmPoolAutoscaler", "*"): "ours: an API of our own (docs/autoscaler-object.md)",
 }
@@ -344,6 +345,16 @@ DECISIONS = """\
   docs/warmpool.md.
 - **Eviction annotation on adoption**: removed when it is `"true"` and the template does not set
   the key; without the template (deleted) it is removed when `"true"`, as upstream.
+- **Sandbox status, as upstream v1.0.1.** Every pass of a live Sandbox writes a `Suspended`
+  condition (`False`/`NotSuspended` while it runs; `PodTerminating`, `PodNotOwned` or
+  `PodStateUnknown` while the pod it was told to drop still holds the name or cannot be read;
+  `True`/`PodTerminated` once it is gone) and, while a pod of its own exists, a `PodScheduled`
+  condition copied from that pod, plus `status.nodeName`. A Sandbox whose status an older
+  version wrote gets them on its next pass (one status write). Two differences: the node name is
+  written as soon as it changes (upstream holds a change of the node name alone until Ready; the
+  scheduler's binding changes `PodScheduled` at the same moment, so this costs no extra write),
+  and a failed pod metadata patch still reports the pod it was meant for (upstream reports the
+  pod's scheduling as unknown). See docs/design/sandbox.md.
 """
 
 

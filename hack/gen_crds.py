@@ -643,6 +643,9 @@ class Schemas:
         status = obj(
             {
                 "conditions": conditions(),
+                "nodeName": string(
+                    "Node the sandbox pod is scheduled to; cleared while there is no pod."
+                ),
                 "podIPs": string_list("IPs of the sandbox pod."),
                 "replicas": int32("1 while a pod exists, else 0.", minimum=0),
                 "selector": string("Label selector of the sandbox pod (scale subresource)."),

@@ -241,7 +241,6 @@ ALLOWED_DIFFS: dict[str, set[str]] = {
 # them, and a status that sets them loses them (pruned). Known gaps, listed so that each one
 # fails this test once it is closed.
 STATUS_GAPS: dict[str, set[str]] = {
-    "sandboxes.agents.x-k8s.io": {".status.nodeName: missing"},
     "sandboxclaims.extensions.agents.x-k8s.io": {".status.sandbox.serviceFQDN: missing"},
     "sandboxwarmpools.extensions.agents.x-k8s.io": {
         ".status.observedGeneration: minimum 0 != None"
@@ -250,7 +249,6 @@ STATUS_GAPS: dict[str, set[str]] = {
 # The fields of those gaps in an every-field status: unknown to ours, so rejected under strict
 # field validation and pruned without it.
 UNKNOWN_STATUS_FIELDS: dict[str, list[str]] = {
-    "sandboxes.agents.x-k8s.io": ["status.nodeName"],
     "sandboxclaims.extensions.agents.x-k8s.io": ["status.sandbox.serviceFQDN"],
 }
 

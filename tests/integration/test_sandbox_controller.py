@@ -168,15 +168,15 @@ async def test_scale_to_zero_suspends_and_back_to_one_recreates_the_pod(
 
     async def suspended() -> dict[str, Any] | None:
         sb = await client.get(SANDBOXES, "sus", namespace)
-        pod = await get_or_none(client, PODS, "sus", namespace)
-        return sb if ready_is(sb, "False", "SandboxSuspended") and pod is None else None
+        s = condition(sb, "Suspended")
+        return sb if s is not None and s["status"] == "True" else None
 
-    sb = await eventually(suspended, within=15.0, what="suspended and pod gone")
+    sb = await eventually(suspended, within=15.0, what="Suspended=True")
+    assert await get_or_none(client, PODS, "sus", namespace) is None
     assert condition(sb, "Ready")["message"] == "Sandbox is suspended"  # type: ignore[index]
-    s = condition(sb, "Suspended")
-    assert s is not None
-    assert (s["status"], s["reason"]) == ("True", "PodTerminated")
-    assert "replicas" not in sb["status"] and "podIPs" not in sb["status"]
+    assert condition(sb, "Suspended")["reason"] == "PodTerminated"  # type: ignore[index]
+    assert condition(sb, "PodScheduled") is None
+    assert not {"replicas", "podIPs", "nodeName"} & set(sb["status"])
     assert keys.ANNOTATION_POD_NAME not in (sb["metadata"].get("annotations") or {})
     assert await client.get(SERVICES, "sus", namespace)  # the Service stays
     scale = await client.get(SANDBOXES, "sus", namespace, subresource="scale")
@@ -187,7 +187,8 @@ async def test_scale_to_zero_suspends_and_back_to_one_recreates_the_pod(
     sb = await wait_ready(client, "sus", namespace)
     second = await client.get(PODS, "sus", namespace)
     assert second["metadata"]["uid"] != first["metadata"]["uid"]
-    assert condition(sb, "Suspended") is not None  # lingers, as upstream
+    s = condition(sb, "Suspended")
+    assert s is not None and (s["status"], s["reason"]) == ("False", "NotSuspended")
     scale = await client.get(SANDBOXES, "sus", namespace, subresource="scale")
     assert scale["status"]["replicas"] == 1
     assert scale["status"]["selector"] == f"{keys.LABEL_SANDBOX_NAME_HASH}={name_hash('sus')}"

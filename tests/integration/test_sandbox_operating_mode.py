@@ -40,10 +40,13 @@ def sandbox_controller_options() -> dict[str, Any]:
 async def wait_suspended(client: Client, name: str, ns: str) -> dict[str, Any]:
     async def check() -> dict[str, Any] | None:
         sb = await client.get(SANDBOXES, name, ns)
-        pod = await get_or_none(client, PODS, name, ns)
-        return sb if ready_is(sb, "False", "SandboxSuspended") and pod is None else None
+        suspended = condition(sb, "Suspended")
+        return sb if suspended is not None and suspended["status"] == "True" else None
 
-    return await eventually(check, within=15.0, what=f"sandbox {name} suspended without a pod")
+    sb = await eventually(check, within=15.0, what=f"sandbox {name} Suspended=True")
+    assert ready_is(sb, "False", "SandboxSuspended")
+    assert await get_or_none(client, PODS, name, ns) is None
+    return sb
 
 
 async def test_a_suspended_sandbox_has_no_pod_and_running_brings_it_back(

@@ -118,5 +118,35 @@ def test_sandbox_reasons_and_messages_are_exact() -> None:
     assert c.REASON_POD_TERMINATED == "PodTerminated"
     assert c.REASON_SANDBOX_EXPIRED == "SandboxExpired"
     assert c.MESSAGE_SANDBOX_EXPIRED == "Sandbox has expired"
-    assert c.MESSAGE_POD_TERMINATED == "Pod has been terminated. Sandbox is not operational."
+    assert c.MESSAGE_POD_TERMINATED == "Pod has been terminated. Sandbox is suspended"
+    # the Suspended and PodScheduled conditions of upstream v1.0.1 (its e2e tests compare them)
+    assert (c.CONDITION_SUSPENDED, c.CONDITION_POD_SCHEDULED) == ("Suspended", "PodScheduled")
+    assert (c.REASON_NOT_SUSPENDED, c.MESSAGE_NOT_SUSPENDED) == (
+        "NotSuspended",
+        "Sandbox is not suspended",
+    )
+    assert (c.REASON_POD_TERMINATING, c.MESSAGE_POD_TERMINATING) == (
+        "PodTerminating",
+        "Pod is terminating. Sandbox is suspending",
+    )
+    assert (c.REASON_POD_NOT_OWNED, c.MESSAGE_POD_NOT_OWNED) == (
+        "PodNotOwned",
+        "Refused to delete pod because it is not owned by this sandbox",
+    )
+    assert (c.REASON_POD_STATE_UNKNOWN, c.MESSAGE_POD_STATE_UNKNOWN) == (
+        "PodStateUnknown",
+        "Pod state is unknown. Sandbox suspension cannot be confirmed",
+    )
+    assert (c.REASON_POD_SCHEDULED, c.REASON_POD_SCHEDULING_UNKNOWN) == (
+        "PodScheduled",
+        "PodSchedulingUnknown",
+    )
+    assert c.MESSAGE_POD_SCHEDULING_UNKNOWN == (
+        "Pod state is unknown. Pod scheduling cannot be determined"
+    )
+    assert c.MESSAGE_POD_SCHEDULING_NOT_REPORTED == (
+        "Pod has not reported a PodScheduled condition yet"
+    )
+    # upstream's deprecated Suspended=False reason is no longer written
+    assert not hasattr(c, "REASON_POD_NOT_TERMINATED")
     assert c.REASON_CLAIM_EXPIRED == "ClaimExpired"

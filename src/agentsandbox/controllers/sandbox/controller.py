@@ -40,11 +40,19 @@ from agentsandbox.controllers.sandbox.act import (
 from agentsandbox.controllers.sandbox.children import plan_pod, plan_pvc, plan_service, pvc_name
 from agentsandbox.controllers.sandbox.handlers import sandbox_for_child
 from agentsandbox.controllers.sandbox.memory import CREATED_POD_TTL, FirstStatusHold
-from agentsandbox.controllers.sandbox.plan import plan, with_pod, with_pvc, with_service
+from agentsandbox.controllers.sandbox.plan import (
+    plan,
+    pod_to_confirm,
+    with_pod,
+    with_pod_error,
+    with_pvc,
+    with_service,
+)
 from agentsandbox.controllers.sandbox.status import compute_status, error_events, finish
 from agentsandbox.controllers.sandbox.types import (
     DEFAULT_CLUSTER_DOMAIN,
     MIN_EXPIRY_REQUEUE,
+    WRAP_POD_GET,
     Action,
     ChildStep,
     Event,
@@ -54,7 +62,7 @@ from agentsandbox.controllers.sandbox.types import (
 )
 from agentsandbox.kube.builder import ControllerBuilder
 from agentsandbox.kube.controller import Controller
-from agentsandbox.kube.errors import KubeError
+from agentsandbox.kube.errors import KubeError, NotFound
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.predicate import LabelSelectorPredicate
@@ -155,6 +163,10 @@ class SandboxReconciler:
         sandbox = self.status_memory.apply(cached)  # our last status write, if the cache lags
         snap = self.observe(sandbox)
         decision = plan(snap)
+        unseen = pod_to_confirm(snap, decision)
+        if unseen is not None:  # about to report a suspended Sandbox's pod gone: make sure
+            snap = await self._look_up_pod(snap, unseen)
+            decision = plan(snap)
         if decision.phase is Phase.MARK_EXPIRED:
             self.writer.record(sandbox, decision.events)
             try:
@@ -172,6 +184,16 @@ class SandboxReconciler:
             await self.writer.expire(snap, decision.expiry, decision.status)
             return None
         return await self._reconcile_children(snap, decision)
+
+    async def _look_up_pod(self, snap: Snapshot, name: str) -> Snapshot:
+        """The snapshot with the pod ``name`` as the API has it (the caches may not show it)."""
+        try:
+            live = await self.writer.client.get(PODS, name, snap.sandbox["metadata"]["namespace"])
+        except NotFound:
+            return snap
+        except KubeError as err:
+            return with_pod_error(snap, WRAP_POD_GET + error_message(err))
+        return with_pod(snap, live)
 
     async def _reconcile_children(self, snap: Snapshot, decision: Plan) -> Result | None:
         sandbox = snap.sandbox
@@ -216,6 +238,8 @@ class SandboxReconciler:
             deferral=deferral,
         )
         outcome(pod_plan.step, failure)
+        if snap.pod_error is not None:
+            errors.append((snap.pod_error, False))
         if pod_plan.step.action is Action.CREATE and failure is None and pod is not None:
             self.first_status.pod_created(ns, meta["name"])
         if failure is not None:  # the pod write failed: the annotation stays as it is
@@ -238,7 +262,8 @@ class SandboxReconciler:
         outcome(svc_step, failure)
 
         messages = [message for message, _ in errors]
-        status = compute_status(snap, pod, service, messages, self.clock())
+        pod_failed = (pod_plan.step.error is not None or failure is not None) and pod is None
+        status = compute_status(snap, pod, service, messages, self.clock(), pod_failed=pod_failed)
         done = finish(snap, status, self.clock())
         self.writer.record(sandbox, [*events, *error_events(errors), *done.events])
         held = None if messages else self.first_status.left(sandbox, done.status)

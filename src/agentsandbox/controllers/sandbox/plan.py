@@ -2,8 +2,8 @@
 
 Implements docs/design/sandbox.md rule by rule: the two-pass expiry ("Expiry in two passes"), the
 children in upstream's order PVCs -> Pod -> Service ("The children, in order"), the status fields
-("Status fields") and the Ready / Suspended / Finished conditions with their exact reasons and
-messages ("The Ready condition", "The Finished and Suspended conditions").
+("Status fields") and the Ready / Finished / Suspended / PodScheduled conditions with their exact
+reasons and messages ("The Ready condition" through "The PodScheduled condition").
 
 Every child decision is a small function of the snapshot, so that the act step can re-plan one
 child when the API tells it more than the cache did (a create answered ``AlreadyExists``: the
@@ -50,6 +50,7 @@ from agentsandbox.controllers.sandbox.status import (
     compute_status,
     error_events,
     finish,
+    status_patch,
 )
 from agentsandbox.controllers.sandbox.types import (
     IMMEDIATE_REQUEUE,
@@ -68,6 +69,7 @@ from agentsandbox.controllers.sandbox.types import (
     _spec,
     _status,
     is_terminating,
+    replicas_of,
     shutdown_time,
 )
 
@@ -76,7 +78,9 @@ __all__ = [
     "expiry_phase",
     "plan",
     "plan_expiry",
+    "pod_to_confirm",
     "with_pod",
+    "with_pod_error",
     "with_pvc",
     "with_service",
 ]
@@ -135,12 +139,18 @@ def plan(snap: Snapshot) -> Plan:
     pvcs = plan_pvcs(snap)
     pod = plan_pod(snap, [s.name for s in pvcs if s.error])
     service = plan_service(snap)
-    steps = (*pvcs, pod.step, service)
-    errors = [(s.error, s.refused) for s in steps if s.error]
+    errors = [(s.error, s.refused) for s in (*pvcs, pod.step) if s.error]
+    if snap.pod_error is not None:  # the pod's lookup, in the pod's place among the errors
+        errors.append((snap.pod_error, False))
+    if service.error:
+        errors.append((service.error, service.refused))
     messages = [message for message, _ in errors]
-    status = compute_status(snap, pod.step.result, service.result, messages, snap.now)
+    pod_failed = pod.step.error is not None and pod.step.result is None
+    status = compute_status(
+        snap, pod.step.result, service.result, messages, snap.now, pod_failed=pod_failed
+    )
     done = finish(snap, status, snap.now)
-    events = [s.event for s in steps if s.event is not None and not s.error]
+    events = [s.event for s in (*pvcs, pod.step, service) if s.event is not None and not s.error]
     events.extend(error_events(errors))
     return Plan(
         phase,
@@ -156,6 +166,30 @@ def plan(snap: Snapshot) -> Plan:
 def with_pod(snap: Snapshot, pod: Obj) -> Snapshot:
     """The snapshot with ``pod`` known (read from the API after a create said it exists)."""
     return replace(snap, pods={**snap.pods, _meta(pod)["name"]: pod})
+
+
+def with_pod_error(snap: Snapshot, message: str) -> Snapshot:
+    """The snapshot after looking the pod up failed: whether it exists is unknown."""
+    return replace(snap, pod_error=message)
+
+
+def pod_to_confirm(snap: Snapshot, decision: Plan) -> str | None:
+    """The pod name to look up in the API before this pass reports the pod gone, or None.
+
+    The caches hold only pods with the tracking label, so a pod that is not ours may hold the
+    Sandbox's pod name unseen (in a running Sandbox the create's ``AlreadyExists`` reveals it).
+    A suspended Sandbox creates nothing: before a pass writes a status that says its pod is
+    gone (``Suspended=True``), the name is read from the API once (docs/design/sandbox.md, "The
+    Suspended condition"). Passes that write nothing look nothing up.
+    """
+    if decision.phase is not Phase.ACTIVE or decision.status is None:
+        return None
+    if replicas_of(snap.sandbox) != 0 or snap.pod_error is not None:
+        return None
+    name, pod, _ = _resolve_pod(snap)
+    if pod is not None or status_patch(_status(snap.sandbox), decision.status) is None:
+        return None
+    return name
 
 
 def with_service(snap: Snapshot, service: Obj) -> Snapshot:

@@ -1,9 +1,9 @@
 """Sandbox: what the decision step reports (pure): status, conditions and events.
 
-The status fields, the Ready / Suspended / Finished conditions with their exact reasons and
-messages (docs/design/sandbox.md, "Status fields" through "Suspend and resume"), the re-check of
-expiry at the end of an active pass, the
-merge patch of the status, and the Warnings for a pass's errors. The status is a function of
+The status fields, the Suspended / Finished / PodScheduled / Ready conditions with their exact
+reasons and messages (docs/design/sandbox.md, "Status fields" through "Suspend and resume"), the
+re-check of expiry at the end of an active pass, the merge patch of the status, and the Warnings
+for a pass's errors. The status is a function of
 what the child steps *returned*, so the act step recomputes it from the real outcome of its
 writes.
 """
@@ -16,29 +16,41 @@ from typing import Any, Final
 
 from agentsandbox.api.conditions import (
     CONDITION_FINISHED,
+    CONDITION_POD_SCHEDULED,
     CONDITION_READY,
     CONDITION_SUSPENDED,
     FALSE,
     MESSAGE_ERROR_PREFIX,
+    MESSAGE_NOT_SUSPENDED,
     MESSAGE_POD_FAILED,
-    MESSAGE_POD_NOT_TERMINATED,
+    MESSAGE_POD_NOT_OWNED,
     MESSAGE_POD_READY,
+    MESSAGE_POD_SCHEDULING_NOT_REPORTED,
+    MESSAGE_POD_SCHEDULING_UNKNOWN,
+    MESSAGE_POD_STATE_UNKNOWN,
     MESSAGE_POD_SUCCEEDED,
     MESSAGE_POD_TERMINATED,
+    MESSAGE_POD_TERMINATING,
     MESSAGE_SANDBOX_EXPIRED,
     MESSAGE_SANDBOX_SUSPENDED,
     MESSAGE_SANDBOX_SUSPENDING,
     MESSAGE_SERVICE_EXISTS_SUFFIX,
     REASON_DEPENDENCIES_NOT_READY,
     REASON_DEPENDENCIES_READY,
+    REASON_NOT_SUSPENDED,
     REASON_POD_FAILED,
-    REASON_POD_NOT_TERMINATED,
+    REASON_POD_NOT_OWNED,
+    REASON_POD_SCHEDULED,
+    REASON_POD_SCHEDULING_UNKNOWN,
+    REASON_POD_STATE_UNKNOWN,
     REASON_POD_SUCCEEDED,
     REASON_POD_TERMINATED,
+    REASON_POD_TERMINATING,
     REASON_RECONCILER_ERROR,
     REASON_SANDBOX_EXPIRED,
     REASON_SANDBOX_SUSPENDED,
     TRUE,
+    UNKNOWN,
     Condition,
     find_condition,
     make_condition,
@@ -47,6 +59,8 @@ from agentsandbox.api.conditions import (
 )
 from agentsandbox.api.equality import semantic_equal
 from agentsandbox.api.hashing import sandbox_selector
+from agentsandbox.api.owners import Ownership, ownership
+from agentsandbox.controllers.sandbox.children import _resolve_pod
 from agentsandbox.controllers.sandbox.types import (
     EVENT_ADOPTION_REFUSED,
     EVENT_EXPIRED,
@@ -81,13 +95,17 @@ __all__ = [
     "error_events",
     "finish",
     "is_first_pending_status",
+    "pod_scheduled_condition",
     "ready_condition",
     "status_patch",
+    "suspended_condition",
 ]
 
 PHASE_RUNNING: Final = "Running"
 PHASE_SUCCEEDED: Final = "Succeeded"
 PHASE_FAILED: Final = "Failed"
+#: The pod's own condition that the Sandbox's PodScheduled copies.
+POD_CONDITION_SCHEDULED: Final = "PodScheduled"
 
 MESSAGE_POD_DOES_NOT_EXIST: Final = "Pod does not exist"
 MESSAGE_POD_EXISTS_WITH_PHASE: Final = "Pod exists with phase: "
@@ -154,6 +172,87 @@ def ready_condition(
     )
 
 
+def suspended_condition(
+    replicas: int,
+    pod: Obj | None,
+    owned: bool,
+    pod_unknown: bool,
+    generation: int | None = None,
+) -> Condition:
+    """The Suspended condition, present on every active pass (docs/design/sandbox.md, "The
+    Suspended condition"). ``pod``: the pod holding the Sandbox's pod name, ``owned``: whether it
+    is ours, ``pod_unknown``: the pod could not be read or written, so whether it exists is
+    unknown."""
+    if replicas != 0:
+        return make_condition(
+            CONDITION_SUSPENDED, FALSE, REASON_NOT_SUSPENDED, MESSAGE_NOT_SUSPENDED, generation
+        )
+    if pod is None and pod_unknown:
+        return make_condition(
+            CONDITION_SUSPENDED,
+            UNKNOWN,
+            REASON_POD_STATE_UNKNOWN,
+            MESSAGE_POD_STATE_UNKNOWN,
+            generation,
+        )
+    if pod is None:
+        return make_condition(
+            CONDITION_SUSPENDED, TRUE, REASON_POD_TERMINATED, MESSAGE_POD_TERMINATED, generation
+        )
+    if not owned:
+        return make_condition(
+            CONDITION_SUSPENDED, FALSE, REASON_POD_NOT_OWNED, MESSAGE_POD_NOT_OWNED, generation
+        )
+    return make_condition(
+        CONDITION_SUSPENDED, FALSE, REASON_POD_TERMINATING, MESSAGE_POD_TERMINATING, generation
+    )
+
+
+def pod_scheduled_condition(
+    pod: Obj | None, owned: bool, pod_unknown: bool, generation: int | None = None
+) -> Condition | None:
+    """The PodScheduled condition: the pod's own, copied (docs/design/sandbox.md, "The
+    PodScheduled condition"); None (removed) when there is no pod of ours."""
+    if pod is None and pod_unknown:
+        return make_condition(
+            CONDITION_POD_SCHEDULED,
+            UNKNOWN,
+            REASON_POD_SCHEDULING_UNKNOWN,
+            MESSAGE_POD_SCHEDULING_UNKNOWN,
+            generation,
+        )
+    if pod is None or not owned:
+        return None
+    scheduled = find_condition(_status(pod).get("conditions"), POD_CONDITION_SCHEDULED)
+    if scheduled is None:
+        return make_condition(
+            CONDITION_POD_SCHEDULED,
+            UNKNOWN,
+            REASON_POD_SCHEDULING_UNKNOWN,
+            MESSAGE_POD_SCHEDULING_NOT_REPORTED,
+            generation,
+        )
+    status = str(scheduled.get("status") or UNKNOWN)
+    reason = str(scheduled.get("reason") or "")
+    if not reason:  # the scheduler gives none on success; a condition needs one
+        reason = REASON_POD_SCHEDULED if status == TRUE else REASON_POD_SCHEDULING_UNKNOWN
+    message = str(scheduled.get("message") or "")
+    return make_condition(CONDITION_POD_SCHEDULED, status, reason, message, generation)
+
+
+def _finished_condition(pod: Obj | None, owned: bool, generation: int | None) -> Condition | None:
+    phase = _status(pod).get("phase") if pod is not None and owned else None
+    if phase == PHASE_SUCCEEDED:
+        return make_condition(
+            CONDITION_FINISHED, TRUE, REASON_POD_SUCCEEDED, MESSAGE_POD_SUCCEEDED, generation
+        )
+    if phase == PHASE_FAILED:
+        return make_condition(
+            CONDITION_FINISHED, TRUE, REASON_POD_FAILED, MESSAGE_POD_FAILED, generation
+        )
+    return None
+
+
 def _expired_condition(generation: int | None) -> Condition:
     return make_condition(
         CONDITION_READY, FALSE, REASON_SANDBOX_EXPIRED, MESSAGE_SANDBOX_EXPIRED, generation
@@ -174,30 +273,56 @@ def _compact(status: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _upsert(
+    conditions: list[Condition], type_: str, new: Condition | None, now: datetime
+) -> list[Condition]:
+    if new is None:
+        return remove_status_condition(conditions, type_)[0]
+    return set_status_condition(conditions, new, now)[0]
+
+
 def compute_status(
     snap: Snapshot,
     pod: Obj | None,
     service: Obj | None,
     errors: Sequence[str],
     now: datetime,
+    *,
+    pod_failed: bool = False,
 ) -> dict[str, Any]:
     """The status after an active pass, from what the child steps returned
-    (docs/design/sandbox.md, "Status fields" through "Suspend and resume")."""
+    (docs/design/sandbox.md, "Status fields" through "Suspend and resume").
+
+    ``pod`` is the pod the pod step left, ``pod_failed`` whether that step failed (a pod it
+    reports none for is then of unknown state). While the desired count is 0 the pod step leaves
+    no pod whatever it did; the status then reports the pod that still holds the Sandbox's pod
+    name, as it was observed: ours being deleted, or one that is not ours and is left alone.
+    Whether it exists is unknown when its lookup failed (``snap.pod_error``).
+    """
     sandbox = snap.sandbox
     meta = _meta(sandbox)
     old = _status(sandbox)
     generation = _generation(sandbox)
     replicas = replicas_of(sandbox)
+    if replicas == 0:
+        pod = _resolve_pod(snap)[1]
+        pod_failed = snap.pod_error is not None
+    owned = pod is not None and ownership(pod, str(meta.get("uid") or "")) is Ownership.OWNED
     status: dict[str, Any] = dict(old)
 
     if pod is not None:
-        status["replicas"] = 1
+        status["replicas"] = replicas
         status["selector"] = sandbox_selector(meta["name"])
+    else:
+        status["replicas"] = 0  # selector is kept (quirk reproduced)
+    if owned:
+        assert pod is not None
         ips = [p.get("ip") for p in _status(pod).get("podIPs") or () if p.get("ip")]
         status["podIPs"] = ips or None
+        status["nodeName"] = _spec(pod).get("nodeName") or None
     else:
-        status["replicas"] = 0
-        status["podIPs"] = None  # selector is kept (quirk reproduced)
+        status["podIPs"] = None
+        status["nodeName"] = None
 
     if service is not None:
         name = _meta(service).get("name") or meta["name"]
@@ -209,51 +334,29 @@ def compute_status(
 
     desired_service = _spec(sandbox).get("service")
     required = bool(desired_service) if desired_service is not None else service is not None
+    unknown = pod_failed and pod is None
+    # upstream's order: a condition new to the list is appended, an existing one keeps its place
     conditions: list[Condition] = [dict(c) for c in old.get("conditions") or ()]
-    if replicas == 0:
-        suspended = (
-            make_condition(
-                CONDITION_SUSPENDED,
-                FALSE,
-                REASON_POD_NOT_TERMINATED,
-                MESSAGE_POD_NOT_TERMINATED,
-                generation,
-            )
-            if pod is not None
-            else make_condition(
-                CONDITION_SUSPENDED,
-                TRUE,
-                REASON_POD_TERMINATED,
-                MESSAGE_POD_TERMINATED,
-                generation,
-            )
-        )
-        conditions, _ = set_status_condition(conditions, suspended, now)
-    phase = _status(pod).get("phase") if pod is not None else None
-    if phase == PHASE_SUCCEEDED:
-        finished = make_condition(
-            CONDITION_FINISHED, TRUE, REASON_POD_SUCCEEDED, MESSAGE_POD_SUCCEEDED, generation
-        )
-        conditions, _ = set_status_condition(conditions, finished, now)
-    elif phase == PHASE_FAILED:
-        finished = make_condition(
-            CONDITION_FINISHED, TRUE, REASON_POD_FAILED, MESSAGE_POD_FAILED, generation
-        )
-        conditions, _ = set_status_condition(conditions, finished, now)
-    else:
-        conditions, _ = remove_status_condition(conditions, CONDITION_FINISHED)
-    # Ready last: a new list gets upstream's insertion order Suspended, Finished, Ready
+    suspended = suspended_condition(replicas, pod, owned, unknown, generation)
+    conditions = _upsert(conditions, CONDITION_SUSPENDED, suspended, now)
+    finished = _finished_condition(pod, owned, generation)
+    conditions = _upsert(conditions, CONDITION_FINISHED, finished, now)
+    scheduled = pod_scheduled_condition(pod, owned, unknown, generation)
+    conditions = _upsert(conditions, CONDITION_POD_SCHEDULED, scheduled, now)
     ready = ready_condition(replicas, pod, required, service is not None, errors, generation)
-    conditions, _ = set_status_condition(conditions, ready, now)
+    conditions = _upsert(conditions, CONDITION_READY, ready, now)
     status["conditions"] = conditions
     return _compact(status)
 
 
 def _with_expired_ready(status: Mapping[str, Any], sandbox: Obj, now: datetime) -> dict[str, Any]:
+    """Ready=False/SandboxExpired; PodScheduled goes (the pod is being torn down and no later
+    pass mirrors it), the other conditions stay."""
     out = dict(status)
-    out["conditions"], _ = set_status_condition(
+    conditions, _ = set_status_condition(
         status.get("conditions"), _expired_condition(_generation(sandbox)), now
     )
+    out["conditions"], _ = remove_status_condition(conditions, CONDITION_POD_SCHEDULED)
     return _compact(out)
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "SHUTDOWN_POLICY_RETAIN",
     "WARNING",
     "WRAP_POD_DELETE",
+    "WRAP_POD_GET",
     "WRAP_POD_UPDATE",
     "WRAP_PVC_ADOPT",
     "WRAP_SERVICE_ADOPT",
@@ -80,6 +81,7 @@ EVENT_RECONCILER_ERROR: Final = "ReconcilerError"
 # Upstream's error wraps for failed writes (the API's message follows).
 WRAP_POD_UPDATE: Final = "failed to update pod: "
 WRAP_POD_DELETE: Final = "failed to delete pod: "
+WRAP_POD_GET: Final = "pod get failed: "
 WRAP_SERVICE_DELETE: Final = "failed to delete service: "
 WRAP_SERVICE_PATCH: Final = "failed to patch owned service: "
 WRAP_SERVICE_ADOPT: Final = "failed to update service with owner reference: "
@@ -117,6 +119,8 @@ class Snapshot:
 
     ``pods`` holds the candidates by name: the pod named in ``agents.x-k8s.io/pod-name`` and the
     pod named after the Sandbox, when they exist. ``pvcs`` maps PVC names to the PVCs that exist.
+    ``pod_error`` is set when the pod was looked up in the API and the read failed (the error as
+    the pass reports it): whether a pod exists is then unknown.
     """
 
     sandbox: Obj
@@ -125,6 +129,7 @@ class Snapshot:
     service: Obj | None = None
     pvcs: Mapping[str, Obj] = field(default_factory=dict)
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+    pod_error: str | None = None
 
 
 @dataclass(frozen=True)

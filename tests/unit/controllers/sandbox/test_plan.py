@@ -772,23 +772,40 @@ def test_replicas_zero_deletes_the_owned_pod_and_removes_the_annotation() -> Non
     assert event_reasons(p) == [EVENT_POD_DELETED]
 
 
-def test_replicas_zero_reports_suspended_at_once_even_while_the_pod_terminates() -> None:
+def test_replicas_zero_reports_suspending_while_the_pod_terminates() -> None:
     sb = sandbox(replicas=0, status={"replicas": 1, "selector": "s", "podIPs": ["10.0.0.7"]})
     p = plan(snap(sb, running_pod(), service=service_obj()))
-    assert ready(p) == ("False", "SandboxSuspended", "Sandbox is suspended")
+    assert ready(p) == ("False", "SandboxSuspended", "Sandbox is suspending")
     assert cond(p, "Suspended") == {
         "type": "Suspended",
-        "status": "True",
-        "reason": "PodTerminated",
-        "message": "Pod has been terminated. Sandbox is not operational.",
+        "status": "False",
+        "reason": "PodTerminating",
+        "message": "Pod is terminating. Sandbox is suspending",
         "observedGeneration": 1,
         "lastTransitionTime": format_rfc3339(NOW),
     }
     assert p.status is not None
-    assert "replicas" not in p.status and "podIPs" not in p.status
-    assert p.status["selector"] == "s"  # kept
+    assert "replicas" not in p.status  # the desired count
+    assert p.status["podIPs"] == ["10.0.0.7"]  # the pod's, until it is gone
+    assert p.status["selector"] == f"{keys.LABEL_SANDBOX_NAME_HASH}={HASH}"
     assert p.service is not None and p.service.action is Action.NONE  # service kept
     assert p.status["service"] == "my-sandbox"
+
+
+def test_replicas_zero_reports_suspended_once_the_pod_is_gone() -> None:
+    sb = sandbox(replicas=0, status={"selector": "s", "podIPs": ["10.0.0.7"], "nodeName": "n"})
+    p = plan(snap(sb, service=service_obj()))
+    assert ready(p) == ("False", "SandboxSuspended", "Sandbox is suspended")
+    c = cond(p, "Suspended")
+    assert c is not None
+    assert (c["status"], c["reason"], c["message"]) == (
+        "True",
+        "PodTerminated",
+        "Pod has been terminated. Sandbox is suspended",
+    )
+    assert p.status is not None
+    assert "podIPs" not in p.status and "nodeName" not in p.status
+    assert p.status["selector"] == "s"  # kept
 
 
 def test_replicas_zero_leaves_unowned_and_foreign_pods_alone() -> None:
@@ -803,12 +820,12 @@ def test_replicas_zero_does_not_delete_a_terminating_pod_again() -> None:
     assert p.pod is not None and p.pod.step.action is Action.NONE
 
 
-def test_resume_creates_the_pod_again_and_the_suspended_condition_lingers() -> None:
+def test_resume_creates_the_pod_again_and_suspended_turns_false() -> None:
     suspended = {
         "type": "Suspended",
         "status": "True",
         "reason": "PodTerminated",
-        "message": "Pod has been terminated. Sandbox is not operational.",
+        "message": "Pod has been terminated. Sandbox is suspended",
         "observedGeneration": 2,
         "lastTransitionTime": "2026-05-21T09:00:00Z",
     }
@@ -816,7 +833,14 @@ def test_resume_creates_the_pod_again_and_the_suspended_condition_lingers() -> N
     p = plan(snap(sb))
     assert p.pod is not None and p.pod.step.action is Action.CREATE
     assert event_reasons(p) == [EVENT_POD_CREATED]
-    assert cond(p, "Suspended") == suspended
+    assert cond(p, "Suspended") == {
+        "type": "Suspended",
+        "status": "False",
+        "reason": "NotSuspended",
+        "message": "Sandbox is not suspended",
+        "observedGeneration": 3,
+        "lastTransitionTime": format_rfc3339(NOW),
+    }
     assert ready(p) == ("False", "DependenciesNotReady", "Pod exists with phase: ")
 
 
@@ -835,7 +859,7 @@ def test_operating_mode_suspended_without_replicas_deletes_the_pod_like_replicas
     assert p.pod is not None
     assert p.pod.step.action is Action.DELETE and p.pod.annotation is None
     assert event_reasons(p) == [EVENT_POD_DELETED]
-    assert ready(p) == ("False", "SandboxSuspended", "Sandbox is suspended")
+    assert ready(p) == ("False", "SandboxSuspended", "Sandbox is suspending")
     assert p.status is not None and "replicas" not in p.status
 
 
@@ -865,16 +889,16 @@ def test_operating_mode_wins_over_a_contradicting_replicas() -> None:
     assert replicas_of(with_mode(sandbox(replicas=0), "Suspended")) == 0
 
 
-def test_suspended_false_pod_not_terminated_when_a_pod_is_passed() -> None:
+def test_suspended_false_pod_terminating_while_our_pod_holds_the_name() -> None:
     sb = sandbox(replicas=0)
-    status = compute_status(snap(sb), running_pod(), None, [], NOW)
+    status = compute_status(snap(sb, pod(terminating=True)), None, None, [], NOW)
     assert ready(status) == ("False", "SandboxSuspended", "Sandbox is suspending")
     c = cond(status, "Suspended")
     assert c is not None
     assert (c["status"], c["reason"], c["message"]) == (
         "False",
-        "PodNotTerminated",
-        "Pod has not been terminated. Sandbox is operational.",
+        "PodTerminating",
+        "Pod is terminating. Sandbox is suspending",
     )
 
 
@@ -1156,7 +1180,7 @@ def test_ready_service_unset_is_required_when_an_owned_service_exists() -> None:
     assert ready(p) == ("True", "DependenciesReady", "Pod is Ready")
 
 
-# ---------------------------------------------------------- The Finished and Suspended conditions
+# ------------------------------------------------------------- The Finished condition, the order
 @pytest.mark.parametrize(
     ("phase", "reason", "message"),
     [
@@ -1189,17 +1213,26 @@ def _condition_types(p: Plan) -> list[str]:
     return [c["type"] for c in p.status["conditions"]]
 
 
-def test_new_conditions_are_inserted_suspended_then_finished_then_ready_as_upstream() -> None:
-    """upstream's e2e compares condition lists in order (cmp.Diff)."""
+def test_new_conditions_are_inserted_in_upstreams_order() -> None:
+    """Suspended, Finished, PodScheduled, Ready: upstream v1.0.1 sets them in this order, so a
+    watcher of a new Sandbox sees the list in it."""
     assert _condition_types(plan(snap(sandbox(replicas=0)))) == ["Suspended", "Ready"]
-    assert _condition_types(plan(snap(sandbox(), pod(phase="Failed")))) == ["Finished", "Ready"]
+    assert _condition_types(plan(snap(sandbox(), pod(phase="Failed")))) == [
+        "Suspended",
+        "Finished",
+        "PodScheduled",
+        "Ready",
+    ]
 
 
 def test_existing_conditions_keep_their_place() -> None:
     first = plan(snap(sandbox()))
     assert first.status is not None
+    assert _condition_types(first) == ["Suspended", "PodScheduled", "Ready"]
     p = plan(snap(sandbox(replicas=0, status=first.status)))
-    assert _condition_types(p) == ["Ready", "Suspended"]
+    assert _condition_types(p) == ["Suspended", "Ready"]  # PodScheduled went with the pod
+    resumed = plan(snap(sandbox(status=p.status)))
+    assert _condition_types(resumed) == ["Suspended", "Ready", "PodScheduled"]  # appended
 
 
 # --------------------------------------------------------------------------- Expiry in two passes
