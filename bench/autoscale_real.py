@@ -507,8 +507,8 @@ def simulate_static(
     )
     goal = auto["after_warmup"]["warm_share"] or 0.0
     # the repository-relative path when it is inside (committed JSON names no machine path)
-    csv = path.resolve()
-    shown = csv.relative_to(ROOT) if csv.is_relative_to(ROOT) else csv
+    csv_path = path.resolve()
+    shown = csv_path.relative_to(ROOT) if csv_path.is_relative_to(ROOT) else csv_path
     out_sim: dict[str, Any] = {"target_warm_share": goal, "csv": str(shown)}
     for dist in (measured, lat.LOCAL):
         cfg = Config(
