@@ -68,6 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import (
     RESULTS,
+    ROOT,
     WORK,
     Bench,
     BenchError,
@@ -505,7 +506,10 @@ def simulate_static(
         scale_down_window=opts.stabilization,
     )
     goal = auto["after_warmup"]["warm_share"] or 0.0
-    out_sim: dict[str, Any] = {"target_warm_share": goal, "csv": str(path)}
+    # the repository-relative path when it is inside (committed JSON names no machine path)
+    csv_path = path.resolve()
+    shown = csv_path.relative_to(ROOT) if csv_path.is_relative_to(ROOT) else csv_path
+    out_sim: dict[str, Any] = {"target_warm_share": goal, "csv": str(shown)}
     for dist in (measured, lat.LOCAL):
         cfg = Config(
             trace=trace,
