@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 from harness import (  # noqa: E402
     EXE,
     RESULTS,
+    ROOT,
     WORK,
     ControllerProcess,
     machine_facts,
@@ -141,6 +142,13 @@ def leading(proc: ControllerProcess) -> bool:
         and line.rstrip().endswith(" 1.0")
         for line in text.splitlines()
     )
+
+
+def _shown(path: Path) -> str:
+    """A path as the committed JSON names it: repository-relative when inside the repository
+    (no machine path in committed data)."""
+    full = path.resolve()
+    return str(full.relative_to(ROOT) if full.is_relative_to(ROOT) else full)
 
 
 class Soak:
@@ -380,7 +388,7 @@ class Soak:
         return {
             "duration_s": self.args.duration,
             "settings": {
-                k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.args).items()
+                k: (_shown(v) if isinstance(v, Path) else v) for k, v in vars(self.args).items()
             },
             "claims_created": len(self.created),
             "claims_served": served,
