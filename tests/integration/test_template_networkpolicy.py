@@ -188,8 +188,10 @@ async def test_policy_created_updated_and_removed_as_the_template_says(
         await quiet_period(client, namespace, "tpl")
         steady = Counter(writes.counts)
         for _ in range(3):
-            # a look or two (other watch events can coincide under load), never a write loop
-            assert 1 <= await quiet_period(client, namespace, "tpl") <= 3
+            # at least one look; how many more depends on which watch events coincide under
+            # load (a CI run saw 4), so the count is bounded loosely: a write loop is caught by
+            # settles() never going quiet and by the write count below, not by this number
+            assert 1 <= await quiet_period(client, namespace, "tpl") <= 10
         # only our own three annotation patches were written since
         assert writes.counts - steady == Counter({("patch", "sandboxtemplates"): 3}), writes.counts
         assert writes.of("networkpolicies") == {"create": 1}, writes.counts
