@@ -284,14 +284,15 @@ def _resolve_pod(snap: Snapshot) -> tuple[str, Obj | None, str | None]:
     """(pod name, pod, annotation left after resolving).
 
     The pod is the one named in ``agents.x-k8s.io/pod-name``, else the one named after the
-    Sandbox. A pod-name annotation naming a pod that is gone is dropped, and the pod named after
-    the Sandbox is looked at instead (upstream reaches it through create -> AlreadyExists).
+    Sandbox. A pod-name annotation naming another pod that is gone is dropped, and the pod named
+    after the Sandbox is looked at instead (upstream reaches it through create -> AlreadyExists).
+    The annotation is never added: upstream v1.0.1 only reads and clears it.
     """
     meta = _meta(snap.sandbox)
     annotation = (meta.get("annotations") or {}).get(keys.ANNOTATION_POD_NAME) or None
     name = annotation or meta["name"]
     pod = snap.pods.get(name)
-    if pod is None and annotation:
+    if pod is None and annotation and annotation != meta["name"]:
         annotation = None
         name = meta["name"]
         pod = snap.pods.get(name)
@@ -340,7 +341,9 @@ def _existing_pod(snap: Snapshot, name: str, pod: Obj, annotation: str | None) -
     if adopting and not is_adoptable(pod):
         error = _refused_message("pod", name, meta["name"])
         return PodPlan(ChildStep(Action.NONE, name, error=error, refused=True), None)
-    final_annotation = annotation or name  # ensure: set when missing, else leave it
+    # the pod-name annotation is kept as it is, never added: upstream v1.0.1 only reads and
+    # clears it, and a write of it on every new Sandbox races its creator's next update
+    final_annotation = annotation
     if is_terminating(pod):
         return PodPlan(ChildStep(Action.NONE, name, result=pod), final_annotation)
 
@@ -439,7 +442,8 @@ def plan_pod(snap: Snapshot, blocking_pvcs: Sequence[str] = ()) -> PodPlan:
     else:
         event = Event(NORMAL, EVENT_POD_CREATED, f'Created pod "{meta["name"]}"', "Create")
     step = ChildStep(Action.CREATE, meta["name"], body=body, result=body, event=event)
-    return PodPlan(step, meta["name"])
+    # the pod is named after the Sandbox: an annotation saying so (the warm pool's) is kept
+    return PodPlan(step, annotation)
 
 
 # ---------------------------------------------------------------------------------- Service

@@ -241,20 +241,20 @@ STATUS = f"{SANDBOX_KIND}/status"
 
 
 # ---------------------------------------------------------------------------------- write order
-async def test_a_cold_start_writes_pvcs_then_pod_then_annotation_then_service_then_status() -> None:
+async def test_a_cold_start_writes_pvcs_then_pod_then_service_then_status() -> None:
+    """No pod-name annotation patch: upstream v1.0.1 never adds it."""
     r = rig(sandbox(service=True, vcts=[vct("data")]))
     await r.run()
     assert r.client.sent() == [
         ("create", PVC, "data-my-sandbox"),
         ("create", POD, "my-sandbox"),
-        ("patch", SANDBOX_KIND, "my-sandbox"),
         ("create", SVC, "my-sandbox"),
         ("patch", STATUS, "my-sandbox"),
     ]
     for call in r.client.calls:
         if call.verb == "create":
             assert call.field_manager == "sandbox-controller"
-    assert r.client.annotation_patches() == ["my-sandbox"]
+    assert r.client.annotation_patches() == []
     assert r.recorder.reasons() == ["PodCreated"]
 
 
@@ -410,7 +410,7 @@ async def test_an_adoption_patch_carries_the_resource_version_it_was_decided_on(
     body = r.client.one("patch", POD, "my-sandbox").body
     assert body["metadata"]["resourceVersion"] == "7"
     assert body["metadata"]["ownerReferences"] == [owner_ref()]
-    assert r.client.annotation_patches() == ["my-sandbox"]
+    assert r.client.annotation_patches() == []
     assert "Adopted" in r.recorder.reasons()
 
 
@@ -479,10 +479,11 @@ async def test_a_failed_pod_create_keeps_the_annotation_and_reports_no_pod() -> 
 
 
 async def test_a_failed_annotation_patch_is_reported_with_upstreams_wrap() -> None:
-    r = rig(sandbox())
+    """A stale annotation (its pod is gone) is cleared; that patch failing is reported."""
+    r = rig(sandbox(sandbox_annotations={keys.ANNOTATION_POD_NAME: "gone"}))
     r.client.fail[("patch", SANDBOX_KIND, "my-sandbox")] = boom()
     err = await r.fails()
-    assert err.errors == ["failed to set pod name annotation: etcdserver: request timed out"]
+    assert err.errors == ["failed to clear pod name annotation: etcdserver: request timed out"]
 
 
 # ---------------------------------------------------------------------------------- AlreadyExists

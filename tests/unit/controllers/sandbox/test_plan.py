@@ -488,9 +488,11 @@ def test_new_pod_volumes_wire_in_the_claims_replacing_same_named_template_volume
     ]
 
 
-def test_cold_create_sets_the_pod_name_annotation() -> None:
+def test_cold_create_never_adds_the_pod_name_annotation() -> None:
+    """Upstream v1.0.1 only reads and clears ``agents.x-k8s.io/pod-name``; writing it on every
+    new Sandbox raced its creator's next update (a 409 in upstream's immutability test)."""
     p = plan(snap(sandbox()))
-    assert p.pod is not None and p.pod.annotation == "my-sandbox"
+    assert p.pod is not None and p.pod.annotation is None
     assert event_reasons(p) == [EVENT_POD_CREATED]
 
 
@@ -510,8 +512,17 @@ def test_missing_annotated_pod_drops_the_annotation_and_creates_the_sandbox_name
     p = plan(snap(sb))
     assert p.pod is not None
     assert p.pod.step.action is Action.CREATE and p.pod.step.name == "my-sandbox"
-    assert p.pod.annotation == "my-sandbox"
+    assert p.pod.annotation is None
     assert event_reasons(p) == [EVENT_POD_RECREATED]
+
+
+def test_an_annotation_naming_the_sandbox_itself_is_kept_through_the_pod_create() -> None:
+    """The warm pool creates its members with the annotation naming their own pod: creating
+    that pod leaves it as it is (no clear, no write)."""
+    sb = sandbox(sandbox_annotations={keys.ANNOTATION_POD_NAME: "my-sandbox"})
+    p = plan(snap(sb))
+    assert p.pod is not None
+    assert p.pod.step.action is Action.CREATE and p.pod.annotation == "my-sandbox"
 
 
 def test_existing_owned_pod_without_drift_is_not_written() -> None:
@@ -523,9 +534,9 @@ def test_existing_owned_pod_without_drift_is_not_written() -> None:
     assert p.events == ()
 
 
-def test_existing_pod_gets_the_pod_name_annotation_when_missing() -> None:
+def test_existing_pod_does_not_get_the_pod_name_annotation_when_missing() -> None:
     p = plan(snap(sandbox(), running_pod()))
-    assert p.pod is not None and p.pod.annotation == "my-sandbox"
+    assert p.pod is not None and p.pod.annotation is None
 
 
 def test_existing_pod_owned_by_other_is_an_error_and_drops_the_annotation() -> None:

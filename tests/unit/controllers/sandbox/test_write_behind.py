@@ -123,11 +123,14 @@ def test_a_negative_window_is_refused() -> None:
 
 # ---------------------------------------------------------------------------- what waits
 async def test_a_pod_label_repair_waits_for_the_window_and_the_status_does_not() -> None:
-    r = with_window(rig(sandbox(labels={"team": "b"}), drifted_pod(team="a")), 0.25)
+    stale = {keys.ANNOTATION_POD_NAME: "gone"}  # names a pod that is gone: cleared
+    r = with_window(
+        rig(sandbox(labels={"team": "b"}, sandbox_annotations=stale), drifted_pod(team="a")), 0.25
+    )
     result = await r.run()
     assert pod_patches(r) == []
     assert result is not None and result.requeue_after == pytest.approx(0.25)
-    # the status and the pod-name annotation of the same pass are written at once
+    # the status and the clearing of the stale pod-name annotation are written at once
     assert ("patch", STATUS, NAME) in r.client.sent()
     assert ("patch", SANDBOX_KIND, NAME) in r.client.sent()
     r.monotonic.now += 0.25
@@ -154,8 +157,9 @@ async def test_creates_deletes_adoptions_service_repairs_and_the_pod_name_never_
     """The window is open the whole time (the clock never moves): each of these writes is made
     by the pass that decides it, as with no window."""
     window = 1.0
-    # a create, and the Sandbox's pod-name annotation that goes with it
-    r = with_window(rig(sandbox(labels={"team": "b"})), window)
+    # a create, and the clearing of a pod-name annotation whose pod is gone
+    stale = {keys.ANNOTATION_POD_NAME: "gone"}
+    r = with_window(rig(sandbox(labels={"team": "b"}, sandbox_annotations=stale)), window)
     await r.run()
     assert ("create", POD, NAME) in r.client.sent()
     assert ("patch", SANDBOX_KIND, NAME) in r.client.sent()
