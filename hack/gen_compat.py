@@ -328,9 +328,10 @@ DECISIONS = """\
   waits up to the window, at most 1 s for pods as upstream, counted from the first pass that put
   it off; the drifts of that time reach the pod as one patch, the one a pass without a window
   would write at that moment. The status, owner references (adoptions), the removal of the
-  Sandbox's stale `agents.x-k8s.io/pod-name` annotation, creates and deletes are never put off, and a pass that
-  fails retries by the time the repair is due. Upstream defers the same patch by requeueing the
-  Sandbox; a negative window ends start-up with exit code 1, as upstream.
+  Sandbox's stale `agents.x-k8s.io/pod-name` annotation, creates and deletes are never put
+  off, and a pass that fails retries by the time the repair is due. Upstream defers the same
+  patch by requeueing the Sandbox; a negative window ends start-up with exit code 1, as
+  upstream.
 - **Accepted with no effect.** The webhook flags (`--enable-webhook`, `--manage-webhook-certs`,
   `--webhook-port`, `--webhook-cert-dir`, `--webhook-cert-name`, `--webhook-key-name`,
   `--webhook-service-name`, `--webhook-namespace`; upstream HEAD, not in v1.0.1) and v1.0.1's
