@@ -88,3 +88,25 @@ async def test_a_failed_write_is_dropped_and_counted(
     assert sample("agentsandbox_runtime_events_dropped_total", {"reason": "write_failed"}) == (
         before + 1
     )
+
+
+async def test_a_namespace_that_is_gone_is_asked_once_then_its_events_are_dropped(
+    client: Client, broadcaster: EventBroadcaster, namespace: str
+) -> None:
+    """The real API server's refusal names the namespace; the events about it that follow are
+    dropped without a request, and events elsewhere are still written."""
+    closed = sample("agentsandbox_runtime_events_dropped_total", {"reason": "namespace_closed"})
+    recorder = broadcaster.new_recorder("runtime-test-controller")
+    ghost = "no-such-namespace-abc"
+    recorder.warning({"kind": "Pod", "name": "p0", "namespace": ghost}, "Failed", "x")
+    await asyncio.wait_for(broadcaster.flush(), 10)
+    assert broadcaster.closed_namespaces == [ghost]
+    for i in range(1, 20):
+        recorder.warning({"kind": "Pod", "name": f"p{i}", "namespace": ghost}, "Failed", "x")
+    cm = await client.create(CONFIGMAPS, {"metadata": {"name": "alive"}}, namespace)
+    recorder.normal(cm, "Synced")
+    await asyncio.wait_for(broadcaster.flush(), 10)
+    assert sample("agentsandbox_runtime_events_dropped_total", {"reason": "namespace_closed"}) == (
+        closed + 19
+    )
+    assert len(await events_about(client, namespace, "alive")) == 1

@@ -9,6 +9,12 @@ note, reporting controller) seen again within ``series_window`` does not create 
 patches the existing one's ``series.count`` and ``series.lastObservedTime``. Repeats that are
 still queued are merged before anything is sent, so a burst costs one write.
 
+Events about different objects are written concurrently (``writers`` at a time), those about
+one object in the order they were recorded. A namespace that is gone or terminating refuses
+every Event written into it: once it has refused one, the events for it are dropped without a
+request for ``closed_namespace_hold`` seconds, so a tenant deleting a namespace of hundreds of
+objects does not queue everyone else's events behind hundreds of doomed writes.
+
 Keeping secrets out of ``note`` is the caller's job.
 """
 
@@ -29,7 +35,7 @@ from prometheus_client import Counter
 
 from . import metrics
 from .client import Client, PatchType
-from .errors import KubeError, NotFound
+from .errors import ApiError, Forbidden, KubeError, NotFound
 from .resources import EVENTS
 from .timefmt import format_micro_time
 
@@ -53,7 +59,7 @@ _FIELD_LIMIT = 128  # reason, action, reportingInstance
 
 EVENTS_DROPPED = Counter(
     "agentsandbox_runtime_events_dropped_total",
-    "Events not written: queue full, or the write failed",
+    "Events not written: queue full, the write failed, or its namespace is gone or terminating",
     ["reason"],
     registry=metrics.REGISTRY,
 )
@@ -176,6 +182,8 @@ class EventBroadcaster:
         queue_size: int = 1000,
         series_window: float = 360.0,
         cache_size: int = 4096,
+        writers: int = 8,
+        closed_namespace_hold: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime.datetime] | None = None,
     ) -> None:
@@ -185,6 +193,11 @@ class EventBroadcaster:
         self._series_window = series_window
         self._cache: OrderedDict[tuple[Any, ...], _Series] = OrderedDict()
         self._cache_size = cache_size
+        if writers < 1:
+            raise ValueError("writers must be at least 1")
+        self._writers = asyncio.Semaphore(writers)
+        self._closed: dict[str, float] = {}  # namespace -> until (clock)
+        self._closed_hold = closed_namespace_hold
         self._clock = clock
         self.now: Callable[[], datetime.datetime] = now or (
             lambda: datetime.datetime.now(datetime.UTC)
@@ -250,16 +263,36 @@ class EventBroadcaster:
             for pending in batch:
                 earlier = merged.get(pending.key)
                 merged[pending.key] = (pending, 1 if earlier is None else earlier[1] + 1)
+            by_object: dict[Any, list[tuple[_Pending, int]]] = {}
+            for pending, count in merged.values():
+                by_object.setdefault(pending.key[0], []).append((pending, count))
             try:
-                for pending, count in merged.values():
-                    await self._write(pending, count)
+                await asyncio.gather(*(self._write_in_order(item) for item in by_object.values()))
             finally:
                 if self._queue.empty():
                     self._idle.set()
 
+    async def _write_in_order(self, items: list[tuple[_Pending, int]]) -> None:
+        async with self._writers:
+            for pending, count in items:
+                await self._write(pending, count)
+
+    def _namespace_closed(self, namespace: str, now: float) -> bool:
+        until = self._closed.get(namespace)
+        if until is None:
+            return False
+        if now < until:
+            return True
+        del self._closed[namespace]
+        return False
+
     async def _write(self, pending: _Pending, count: int) -> None:
         key = pending.key
         now = self._clock()
+        if self._namespace_closed(pending.regarding.get("namespace") or "default", now):
+            self.dropped += 1
+            EVENTS_DROPPED.labels("namespace_closed").inc()
+            return
         series = self._cache.get(key)
         if series is not None and now - series.last_seen <= self._series_window:
             series.count += count
@@ -288,6 +321,8 @@ class EventBroadcaster:
         try:
             created = await self._client.create(EVENTS, body, namespace)
         except KubeError as err:
+            if _refused_by_namespace(err, namespace):
+                self._closed[namespace] = self._clock() + self._closed_hold
             self._failed(pending, err)
             return
         EVENTS_WRITTEN.labels("create").inc()
@@ -302,6 +337,12 @@ class EventBroadcaster:
             if now - oldest.last_seen <= self._series_window and len(cache) <= self._cache_size:
                 break
             cache.popitem(last=False)
+
+    @property
+    def closed_namespaces(self) -> list[str]:
+        """Namespaces whose events are being dropped (gone or terminating when last tried)."""
+        now = self._clock()
+        return sorted(ns for ns, until in self._closed.items() if now < until)
 
     def _failed(self, pending: _Pending, err: KubeError) -> None:
         self.dropped += 1
@@ -342,3 +383,16 @@ class EventBroadcaster:
                 "lastObservedTime": format_micro_time(pending.observed),
             }
         return event
+
+
+def _refused_by_namespace(err: KubeError, namespace: str) -> bool:
+    """Whether ``err`` says the namespace itself is gone or terminating (not the Event)."""
+    if not isinstance(err, ApiError):
+        return False
+    if isinstance(err, NotFound):
+        details = err.details
+        return details.get("kind") == "namespaces" and details.get("name") == namespace
+    if isinstance(err, Forbidden):
+        causes = {str(c.get("reason") or c.get("type") or "") for c in err.causes}
+        return "NamespaceTerminating" in causes or "because it is being terminated" in err.message
+    return False
