@@ -38,7 +38,7 @@ NOT_HERE: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "BenchmarkChromeSandboxStartup": (
         (IMAGES, RUNTIME, PORT_FORWARD),
-        "benchmark of the same Chrome start-up",
+        "benchmark of TestRunChromeSandbox's Chrome start-up",
     ),
     "BenchmarkChromeSandboxClaimStartup": (
         (IMAGES, RUNTIME, PORT_FORWARD),
@@ -92,14 +92,21 @@ NOT_HERE: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "TestRuntimeClassStartupComparison": (
         (RUNTIME,),
-        "the same runtime's start-up against runc; skips itself without SANDBOX_RUNTIME_CLASS",
+        "that runtime's start-up against runc; skips itself without SANDBOX_RUNTIME_CLASS",
     ),
     "TestRuntimeClassBurstRecovery": (
         (RUNTIME,),
-        "bursts on the same runtime; skips itself without SANDBOX_RUNTIME_CLASS",
+        "bursts of claims on a sandboxing runtime named by SANDBOX_RUNTIME_CLASS; skips itself "
+        "without one",
     ),
-    "BenchmarkRuntimeClassColdStart": ((RUNTIME,), "benchmark on the same runtime"),
-    "BenchmarkRuntimeClassWarmClaim": ((RUNTIME,), "benchmark on the same runtime"),
+    "BenchmarkRuntimeClassColdStart": (
+        (RUNTIME,),
+        "cold starts on the SANDBOX_RUNTIME_CLASS runtime",
+    ),
+    "BenchmarkRuntimeClassWarmClaim": (
+        (RUNTIME,),
+        "warm claims on the SANDBOX_RUNTIME_CLASS runtime",
+    ),
     "TestCreateSandboxClaimVolumeClaimTemplates": (
         (PV,),
         "most of its cases need the claim's PVCs bound (warm pools fill only once their pods "
