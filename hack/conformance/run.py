@@ -7,9 +7,10 @@ deploy/'s namespace, RBAC and controller Deployment applied; our controller run 
 the stand-in of environment.py with nothing but the deploy/ ServiceAccount's token. Then each test
 of the required list (required.txt) in its own process, ``-test.run '^Name$' -test.v``, with
 KUBECONFIG pointing at the private control plane (admin, as the tests create namespaces and
-templates) and ARTIFACTS a fresh temporary directory. The run fails when a test on the list is
-missing from its binary, skipped or failing, when the controller crashed, or when the binaries'
-test lists differ from the committed results' (re-run and commit them, see below).
+templates) and ARTIFACTS a fresh directory (<work>/artifacts, emptied at the start of each run).
+The run fails when a test on the list is missing from its binary, skipped or failing, when the
+controller crashed, or when the binaries' test lists differ from the committed results' (re-run
+and commit them, see below).
 
     python hack/conformance/run.py                       # the required list; JSON to build/
     python hack/conformance/run.py --out hack/conformance/results.json   # the committed results
@@ -29,7 +30,6 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -91,10 +91,13 @@ def git_commit() -> str:
 def run(tests: list[str], work: Path, binaries: Binaries, timeout: float) -> dict[str, Any]:
     """Start the environment, run ``tests`` one by one, stop everything; the results."""
     started = time.monotonic()
-    if work.exists():
-        shutil.rmtree(work / "cluster", ignore_errors=True)
-    work.mkdir(parents=True, exist_ok=True)
-    artifacts = Path(tempfile.mkdtemp(prefix="agentsandbox-conformance-artifacts-"))
+    for previous in ("cluster", "logs", "artifacts"):  # the last run's, kept until now
+        shutil.rmtree(work / previous, ignore_errors=True)
+    for log in work.glob("controller-*.log"):
+        log.unlink()
+    # the framework's per-test directories (ARTIFACTS): fresh for each run, kept with the logs
+    artifacts = work / "artifacts"
+    artifacts.mkdir(parents=True)
     cluster = DevCluster(
         work / "cluster",
         nodes=NODES,
