@@ -5,6 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONTROLPLANE := hack/controlplane/build.sh
+# upstream v1.0.1's own e2e test binaries (go test -c from hack/conformance/go.mod)
+CONFORMANCE_BUILD := hack/conformance/build.sh
 # The released PyPI clients, each in its own hash-locked venv (tests/integration/test_released_clients.py).
 SDK046_VENV := .venv-sdk046
 SDK108_VENV := .venv-sdk108
@@ -12,13 +14,14 @@ SDK046_STAMP := $(SDK046_VENV)/.installed
 SDK108_STAMP := $(SDK108_VENV)/.installed
 SDK_STAMPS := $(SDK046_STAMP) $(SDK108_STAMP)
 
-.PHONY: help venv sdk-venvs controlplane cluster cluster-down test test-unit test-integration test-slow test-faults demo bench bench-runtime lint fmt clean
+.PHONY: help venv sdk-venvs controlplane conformance-build conformance cluster cluster-down test test-unit test-integration test-slow test-faults demo bench bench-runtime lint fmt clean
 
 help:
 	@echo "make demo          set everything up, start the local control plane and show the controller at work"
 	@echo "make test          the test suite: unit + integration (a real local control plane) + one fault test"
 	@echo "make test-faults   the whole fault suite (kills, restarts, network faults)"
-	@echo ".ci/run            everything CI runs: make lint, make test, make test-faults"
+	@echo "make conformance   upstream v1.0.1's own e2e tests (hack/conformance/required.txt) against our controller"
+	@echo ".ci/run            everything CI runs: make lint, make test, make test-faults, make conformance"
 	@echo "make cluster       start the local control plane in the background (.cluster/kubeconfig)"
 	@echo "make cluster-down  stop it"
 	@echo "make lint          ruff + mypy"
@@ -57,6 +60,20 @@ controlplane:
 	@hack/controlplane/build-helm.sh >/dev/null
 	@hack/controlplane/upstream.sh >/dev/null
 
+# Built (cold: go test -c of two packages) or found in the build cache, keyed by the pinned
+# module and the inputs' hash; make test needs it for its TestSimpleSandbox smoke test.
+conformance-build:
+	@$(CONFORMANCE_BUILD) >/dev/null
+
+# Upstream's e2e tests of hack/conformance/required.txt, each in its own process, against our
+# controller on a private control plane (docs/compatibility.md, "Upstream's e2e suite"). Fails
+# when one is missing, skipped or failing. The JSON goes to build/conformance/results.json;
+# CONFORMANCE_OUT=hack/conformance/results.json writes the committed one (then run
+# `python hack/gen_compat.py`).
+CONFORMANCE_OUT ?= build/conformance/results.json
+conformance: venv controlplane conformance-build
+	$(PY) hack/conformance/run.py --out $(CONFORMANCE_OUT)
+
 cluster: venv controlplane
 	$(PY) -m agentsandbox.cli.devcluster up
 
@@ -76,7 +93,7 @@ PYTEST := $(PY) -m pytest
 COVERAGE ?= unit
 COV_ALL := $(if $(filter all,$(COVERAGE)),--cov --cov-append --cov-report=)
 
-test: venv sdk-venvs controlplane
+test: venv sdk-venvs controlplane conformance-build
 	rm -f .coverage .coverage.*
 	$(PYTEST) tests/unit --cov --cov-report=
 	$(PY) hack/coverage_report.py
@@ -86,7 +103,7 @@ test: venv sdk-venvs controlplane
 test-unit: venv
 	$(PYTEST) tests/unit
 
-test-integration: venv sdk-venvs controlplane
+test-integration: venv sdk-venvs controlplane conformance-build
 	$(PYTEST) tests/integration -m "not faults"
 
 # The fault suite (docs/reliability.md): every test marked `faults`: tests/faults and the claim

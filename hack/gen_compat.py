@@ -28,6 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "compatibility.md"
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "hack"))  # conformance.report: the section "Upstream's e2e suite"
 
 SEED = "35b9757f"
 HEAD = "HEAD"
@@ -584,6 +585,8 @@ def render() -> str:
                 note,
             )
         )
+    conformance = importlib.import_module("conformance.report")
+    lines += ["", conformance.section(conformance.load()).rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 

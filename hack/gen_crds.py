@@ -442,6 +442,17 @@ OPERATING_MODE_RULE = rule(
     "means replicas 1; change both together, or remove spec.replicas",
 )
 
+# Upstream v1.0.1 makes a Sandbox's volumeClaimTemplates immutable (its own e2e test
+# TestSandboxVolumeClaimTemplatesImmutable): the PVCs exist under those names already. Setting,
+# changing and removing them are all refused; the message starts as upstream's does.
+VOLUME_CLAIMS_IMMUTABLE_RULE = rule(
+    "has(self.volumeClaimTemplates) == has(oldSelf.volumeClaimTemplates) && "
+    "(!has(self.volumeClaimTemplates) || "
+    "self.volumeClaimTemplates == oldSelf.volumeClaimTemplates)",
+    "volumeClaimTemplates is immutable: the sandbox's PVCs are made from them; create a new "
+    "Sandbox for other volumes",
+)
+
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
@@ -638,7 +649,7 @@ class Schemas:
             },
             "Desired state of the Sandbox.",
             required=["podTemplate"],
-            rules=[OPERATING_MODE_RULE],
+            rules=[OPERATING_MODE_RULE, VOLUME_CLAIMS_IMMUTABLE_RULE],
         )
         status = obj(
             {

@@ -1032,6 +1032,48 @@ def test_scale_subresource_respects_the_bounds(cluster: DevCluster, namespace: s
     assert out.returncode != 0
 
 
+VCT_IMMUTABLE = "volumeClaimTemplates is immutable"  # how upstream v1.0.1's message starts
+
+
+def vct(name: str, size: str = "1Gi") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}},
+    }
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_sandboxs_volume_claim_templates_cannot_change(
+    cluster: DevCluster, namespace: str, version: str
+) -> None:
+    """As upstream v1.0.1 (its e2e test TestSandboxVolumeClaimTemplatesImmutable): set, changed
+    or removed after creation is refused; the rest of the spec still changes."""
+    path = OUR_KINDS["Sandbox"].at_version(version).path(namespace)
+    create(cluster, sandbox("with", version, volumeClaimTemplates=[vct("data")]), namespace)
+    create(cluster, sandbox("without", version), namespace)
+    for name, templates in (
+        ("with", [vct("data"), vct("more")]),
+        ("with", [vct("data", "2Gi")]),
+        ("with", None),
+        ("without", [vct("data")]),
+    ):
+        current = call(cluster, "GET", f"{path}/{name}")
+        if templates is None:
+            current["spec"].pop("volumeClaimTemplates")
+        else:
+            current["spec"]["volumeClaimTemplates"] = templates
+        code, message = rejection(
+            functools.partial(call, cluster, "PUT", f"{path}/{name}", current)
+        )
+        assert code == 422, message
+        assert VCT_IMMUTABLE in message
+    current = call(cluster, "GET", f"{path}/with")
+    current["spec"]["shutdownTime"] = "2099-01-01T00:00:00Z"
+    assert call(cluster, "PUT", f"{path}/with", current)["spec"]["volumeClaimTemplates"] == [
+        vct("data")
+    ]
+
+
 # --------------------------------------------------------------------------- (d) printer columns
 def table(text: str) -> list[list[str]]:
     return [re.split(r"\s{2,}", line.strip()) for line in text.strip().splitlines()]

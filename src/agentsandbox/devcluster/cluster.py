@@ -65,6 +65,8 @@ class DevCluster:
     ports: dict[str, int] = field(default_factory=dict)
     audit: bool = False
     apiserver_args: Sequence[str] = ()
+    controllers: Sequence[str] = KCM_CONTROLLERS
+    """kube-controller-manager's ``--controllers`` (hack/conformance/ adds PVC protection)."""
     components: dict[str, Component] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -332,7 +334,7 @@ class DevCluster:
             return [
                 exe,
                 f"--kubeconfig={self.kubeconfig}",
-                f"--controllers={','.join(KCM_CONTROLLERS)}",
+                f"--controllers={','.join(self.controllers)}",
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={port}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 from importlib import resources
 from typing import Any
 
@@ -79,7 +80,18 @@ def _pod_stages() -> dict[str, dict[str, Any]]:
 def _query(pod: dict[str, Any], key: str) -> list[Any]:
     """The values kwok's jq ``key`` yields for ``pod``, for the keys our pod stages use."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-    if key == ".metadata.deletionTimestamp":
+    spec = pod.get("spec") or {}
+    first = (spec.get("containers") or [{}])[0]
+    if key == ".spec.restartPolicy":
+        found = spec.get("restartPolicy")
+    elif key == ".spec.containers[0].command | tojson":
+        found = json.dumps(first.get("command"), separators=(",", ":"))
+    elif key == ".spec.containers[0].lifecycle.preStop.exec.command | tojson":
+        command = (((first.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get(
+            "command"
+        )
+        found = json.dumps(command, separators=(",", ":"))
+    elif key == ".metadata.deletionTimestamp":
         found = meta.get("deletionTimestamp")
     elif key == ".status.phase":
         found = status.get("phase")
@@ -131,3 +143,28 @@ def test_slow_ready_pods_run_not_ready_then_turn_ready_after_a_delay_others_unaf
     deleting = _pod("Running", "slow-ready", "False")
     deleting["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
     assert _matching(deleting) == {"pod-delete"}
+
+
+def test_upstreams_run_to_completion_and_prestop_pods_take_their_own_stages_only() -> None:
+    """The e2e suite's pods are matched by their exact command; ordinary pods never are."""
+
+    def e2e_pod(phase: str, command: list[str], restart: str = "Never") -> dict[str, Any]:
+        pod = _pod(phase, ready="True" if phase == "Running" else None)
+        pod["spec"] = {"restartPolicy": restart, "containers": [{"command": command}]}
+        return pod
+
+    exit0, sleep2 = ["sh", "-c", "exit 0"], ["sh", "-c", "sleep 2; exit 0"]
+    assert _matching(e2e_pod("Pending", exit0)) == {"pod-ready"}
+    assert _matching(e2e_pod("Running", exit0)) == {"pod-complete-exit-0"}
+    assert _matching(e2e_pod("Running", sleep2)) == {"pod-complete-sleep-2"}
+    assert _matching(e2e_pod("Running", exit0, restart="Always")) == set()
+    assert _matching(e2e_pod("Running", ["sh", "-c", "exit 1"])) == set()
+    labelled = e2e_pod("Running", exit0)
+    labelled["metadata"]["labels"] = {LIFECYCLE_LABEL: "succeed"}
+    assert _matching(labelled) == {"pod-succeed"}
+    hooked = _pod("Running", ready="True")
+    hooked["spec"] = {
+        "containers": [{"lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", "sleep 3"]}}}}]
+    }
+    hooked["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    assert _matching(hooked) == {"pod-delete-after-prestop"}

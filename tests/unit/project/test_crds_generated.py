@@ -234,8 +234,11 @@ def test_sandbox_spec_fields() -> None:
         "enum": ["Running", "Suspended"],
         "type": "string",
     }
-    (mode_rule,) = spec["x-kubernetes-validations"]
+    mode_rule, vct_rule = spec["x-kubernetes-validations"]
     assert mode_rule["message"].startswith("spec.operatingMode and spec.replicas disagree")
+    # upstream v1.0.1's rule: set, changed or removed after creation is refused
+    assert vct_rule["message"].startswith("volumeClaimTemplates is immutable")
+    assert "oldSelf.volumeClaimTemplates" in vct_rule["rule"]
     assert props["shutdownPolicy"]["enum"] == ["Delete", "Retain"]
     assert props["shutdownPolicy"]["default"] == "Retain"
     assert props["shutdownTime"]["format"] == "date-time"
