@@ -13,6 +13,7 @@ import pytest
 from agentsandbox.kube.errors import Forbidden, KubeError, NotFound
 from agentsandbox.kube.events import EventBroadcaster
 from agentsandbox.kube.resources import Resource
+from tests.polling import yield_to_loop
 from tests.unit.kube.test_events import Clocks, EventsServer, broadcaster_for, counted
 
 
@@ -151,10 +152,7 @@ async def start_with(server: GatedServer, writers: int) -> EventBroadcaster:
 async def test_a_slow_write_about_one_object_does_not_hold_the_others() -> None:
     server = GatedServer()
     broadcaster = await start_with(server, writers=8)
-    for _ in range(100):
-        if server.order:
-            break
-        await asyncio.sleep(0)
+    await yield_to_loop(100)
     assert server.order == ["other:Only"]  # written while "held" still waits
     server.gate.set()
     await broadcaster.flush()
@@ -166,8 +164,7 @@ async def test_a_slow_write_about_one_object_does_not_hold_the_others() -> None:
 async def test_one_writer_writes_one_object_at_a_time() -> None:
     server = GatedServer()
     broadcaster = await start_with(server, writers=1)
-    for _ in range(100):
-        await asyncio.sleep(0)
+    await yield_to_loop(100)
     assert server.order == []  # the only writer waits on "held"
     server.gate.set()
     await broadcaster.flush()
