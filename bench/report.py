@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import RESULTS, ROOT
 
 DOCS = ROOT / "docs"
-BENCH_ORDER = ("P1", "P2", "P3", "P4", "P5", "P6", "P7")
+BENCH_ORDER = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8")
 START = re.compile(r"<!-- generated: ([a-z0-9-]+) -->\n")
 END = "<!-- end -->"
 

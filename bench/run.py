@@ -1,10 +1,10 @@
-"""``make bench``: the performance scenarios P1-P7 of ``docs/benchmarks.md`` on one private
+"""``make bench``: the performance scenarios P1-P8 of ``docs/benchmarks.md`` on one private
 local control plane (10 kwok nodes, audit log of writes on), each with the controller in its own
 process, each from a fresh namespace once the previous scenario's namespaces are gone, each under
 its own time cap.
 
     make bench                    # every scenario, full size (about an hour on 2 cores)
-    make bench SCENARIO=P1        # one (P1..P7, comma-separated for several)
+    make bench SCENARIO=P1        # one (P1..P8, comma-separated for several)
     python bench/run.py --smoke --out /tmp/x   # tiny sizes (the smoke test in `make test`)
 
 Writes ``<out>/<P>.json`` (figures, machine facts, versions, flags, commit, the command) and
@@ -36,8 +36,9 @@ from harness import RESULTS, WORK, Bench, BenchError, machine_facts
 from results import SmokeInResults, is_results_dir, refuse_smoke_in_results
 
 # run order: P4 and P2 on an empty cluster, P1 (its gate shape leaves the burst P3 refills),
-# P3, then P5 (own controller, the Deployment's flags), P6, and P7 (10 000 sandboxes) last
-ORDER = ("P4", "P2", "P1", "P3", "P5", "P6", "P7")
+# P3, then P5 (own controller, the Deployment's flags), P6, P7 (10 000 sandboxes), and P8 (the
+# status migration of 10 000) last
+ORDER = ("P4", "P2", "P1", "P3", "P5", "P6", "P7", "P8")
 MODULES = {
     "P1": "p1_claims",
     "P2": "p2_fill",
@@ -46,6 +47,7 @@ MODULES = {
     "P5": "p5_cost",
     "P6": "p6_writes",
     "P7": "p7_scale",
+    "P8": "p8_migration",
 }
 
 
@@ -120,7 +122,7 @@ async def main_async(b: Bench, keys: list[str]) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--scenario", default="", help="P1..P7, comma-separated; default all")
+    parser.add_argument("--scenario", default="", help="P1..P8, comma-separated; default all")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the smoke test")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()

@@ -1,12 +1,12 @@
 """The benchmark harness runs end to end at tiny sizes, and the report pages render from what it
 writes.
 
-Not timed tests and not benchmarks: they assert that every scenario P1-P7 (P1 with its ceiling)
+Not timed tests and not benchmarks: they assert that every scenario P1-P8 (P1 with its ceiling)
 ran, wrote its JSON with every headline figure present and its PNG, that the report's generated
 tables render from that JSON (the schema the committed data will have), the same for the soak
 and the real-cluster autoscaler run, and that a smoke run is refused in ``bench/results/`` (the
 committed data). The bench smoke takes about three minutes (over 30 s) because it starts its own
-control plane with the audit log on (P6 reads it) and runs seven scenarios, each with its own
+control plane with the audit log on (P6 reads it) and runs eight scenarios, each with its own
 controller process and fresh namespace, which is exactly what it checks; the soak and autoscaler
 smokes take one to two minutes each for the same reason (their own control plane, controller
 processes, leader election).
@@ -23,7 +23,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
-SCENARIOS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7")
+SCENARIOS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8")
 # figures that may be None, and why: not a missing measurement but a fact of tiny sizes
 MAY_BE_NONE = {
     # no rate met p99 <= 500 ms, so there is no rate under the knee to report
