@@ -39,7 +39,11 @@ from agentsandbox.controllers.sandbox.act import (
 )
 from agentsandbox.controllers.sandbox.children import plan_pod, plan_pvc, plan_service, pvc_name
 from agentsandbox.controllers.sandbox.handlers import sandbox_for_child
-from agentsandbox.controllers.sandbox.memory import CREATED_POD_TTL, FirstStatusHold
+from agentsandbox.controllers.sandbox.memory import (
+    CREATED_POD_TTL,
+    FirstStatusHold,
+    MigrationPace,
+)
 from agentsandbox.controllers.sandbox.plan import (
     plan,
     pod_to_confirm,
@@ -108,6 +112,7 @@ class SandboxReconciler:
         # sandboxes decided on a pod the writer created that the pod cache has not shown yet
         self._unconfirmed: set[tuple[str, str]] = set()
         self.first_status = FirstStatusHold()  # see memory.py
+        self.migration_pace = MigrationPace()  # see memory.py
         self.status_memory = writer.status_memory  # the writer's: its last status writes
         add_handler = getattr(sandboxes, "add_handler", None)
         if add_handler is not None:
@@ -159,6 +164,7 @@ class SandboxReconciler:
         cached = self.sandboxes.get(req.name, req.namespace)
         if cached is None or cached["metadata"].get("deletionTimestamp"):
             self.writer.write_behind.clear((req.namespace, req.name))
+            self.migration_pace.forget({"metadata": {"namespace": req.namespace, "name": req.name}})
             return None  # no finalizer: children go with the garbage collector
         sandbox = self.status_memory.apply(cached)  # our last status write, if the cache lags
         snap = self.observe(sandbox)
@@ -267,6 +273,8 @@ class SandboxReconciler:
         done = finish(snap, status, self.clock())
         self.writer.record(sandbox, [*events, *error_events(errors), *done.events])
         held = None if messages else self.first_status.left(sandbox, done.status)
+        if held is None and not messages:  # an upgrade's status catch-up takes its turn
+            held = self.migration_pace.wait(sandbox, sandbox.get("status") or {}, done.status)
         try:
             if held is None:
                 await self.writer.write_status(sandbox, done.status)

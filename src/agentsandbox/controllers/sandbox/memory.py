@@ -9,6 +9,9 @@
   Sandbox instead of two (a deliberate deviation, docs/design/sandbox.md, "Writes").
 - :class:`CreatedPods` — the pods this process created that the pod cache has not shown yet: a
   pass that runs before the cache catches up uses the create's answer instead of creating again.
+- :class:`MigrationPace` — status writes that only bring an earlier release's status up to date
+  take turns at a steady rate, so an upgrade over thousands of Sandboxes does not flood the API
+  server (docs/design/sandbox.md, "Writes").
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from agentsandbox.controllers.sandbox.status import is_first_pending_status
+from agentsandbox.controllers.sandbox.status import is_first_pending_status, is_migration_only
 from agentsandbox.kube.store import KubeObject
 
 #: Seconds a new pod gets before a first "not ready yet" status is written anyway.
@@ -28,6 +31,9 @@ CREATED_POD_TTL: Final = 10.0
 #: Seconds our last written status is trusted over a cache that has not shown it (an informer that
 #: skipped our version, e.g. after a relist, must not pin it for longer).
 STATUS_MEMORY: Final = 30.0
+#: Migration-only status writes per second, and how many may go at once after a quiet spell.
+MIGRATION_RATE: Final = 50.0
+MIGRATION_BURST: Final = 50
 _BOUND = 1024  # entries before the expired ones are swept
 
 Key = tuple[str, str]  # (namespace, name)
@@ -187,3 +193,55 @@ __all__ = [
     "FirstStatusHold",
     "StatusMemory",
 ]
+
+
+class MigrationPace:
+    """Turns for migration-only status writes: one every ``1 / rate`` s, ``burst`` at once.
+
+    A Sandbox whose write only adds what an earlier release did not write gets a turn (a time)
+    the first time it asks, and keeps it: :meth:`wait` returns None once the turn has come (write
+    now) and the seconds left before then (requeue, write nothing). Turns are handed out in
+    order, so 10 000 such Sandboxes are written at ``rate`` per second, each pass once, and a
+    Sandbox that asks again before its turn does not lose its place. A write that is not
+    migration-only never waits, and gives its turn back.
+    """
+
+    def __init__(
+        self,
+        rate: float = MIGRATION_RATE,
+        burst: int = MIGRATION_BURST,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError("the migration pace needs rate > 0 and burst >= 1")
+        self.interval = 1.0 / rate
+        self.burst = burst
+        self.clock = clock
+        self._next = float("-inf")  # the next free turn
+        self._turns: dict[Key, float] = {}
+
+    def wait(
+        self, sandbox: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[str, Any]
+    ) -> float | None:
+        key = _key(sandbox)
+        if not is_migration_only(old, new):
+            self._turns.pop(key, None)
+            return None
+        now = self.clock()
+        turn = self._turns.get(key)
+        if turn is None:
+            turn = max(self._next, now - (self.burst - 1) * self.interval)
+            self._next = turn + self.interval
+            self._turns[key] = turn
+        if turn <= now:
+            del self._turns[key]
+            return None
+        return turn - now
+
+    def forget(self, sandbox: Mapping[str, Any]) -> None:
+        """The Sandbox is gone: its turn is not kept."""
+        self._turns.pop(_key(sandbox), None)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._turns)

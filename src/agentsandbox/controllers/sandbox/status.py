@@ -420,3 +420,30 @@ def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, An
     diff: dict[str, Any] = {k: v for k, v in new_c.items() if old_c.get(k) != v}
     diff.update({k: None for k in old_c if k not in new_c})
     return {"status": diff} if diff else None
+
+
+#: The conditions upstream v1.0.1 puts on every Sandbox that our earlier release did not write.
+V101_CONDITIONS: Final = (CONDITION_SUSPENDED, POD_CONDITION_SCHEDULED)
+
+
+def is_migration_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether writing ``new`` over ``old`` only brings an earlier release's status up to date.
+
+    True when ``old`` lacks one of v1.0.1's ``Suspended`` / ``PodScheduled`` conditions and the
+    two statuses are equal once those missing conditions and ``nodeName`` are left out: the write
+    adds what the earlier release did not write and changes nothing an observer already relies
+    on. Such writes are paced (``memory.MigrationPace``); every other write is not.
+    """
+    have = {c.get("type") for c in old.get("conditions") or ()}
+    missing = {t for t in V101_CONDITIONS if t not in have}
+    if not missing or find_condition(old.get("conditions"), CONDITION_READY) is None:
+        return False
+
+    def without(status: Mapping[str, Any]) -> dict[str, Any]:
+        out = _compact(status)
+        out.pop("nodeName", None)
+        kept = [c for c in out.get("conditions") or () if c.get("type") not in missing]
+        out["conditions"] = kept
+        return out
+
+    return semantic_equal(without(old), without(new))
