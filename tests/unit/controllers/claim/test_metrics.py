@@ -384,3 +384,40 @@ def test_claim_creation_counts_the_claims_created_by_label() -> None:
     assert creation_total(ns, "t", "warm", "p", "ready", "python-client") == 1
     assert creation_total(ns, "t", "warm", "p", "ready") == 0
     assert cm.claim_created_by({"metadata": {}}) == ""
+
+
+# --- bounded label values (security review #5) ------------------------------------------------
+def test_created_by_and_template_labels_come_from_bounded_sets() -> None:
+    """Security review #5: metric label values chosen by users must come from bounded sets.
+
+    1000 claims with distinct ``agents.x-k8s.io/created-by`` values add at most one series per
+    known value (``go-client``, ``python-client``, ``controller``, ``unknown``, or ``""`` when
+    the claim has none), as upstream v1.0.1's ``NormalizeCreatedBy`` does; the Sandbox gauge's
+    ``created_by`` is bounded the same way. The first-Ready histograms take the template from
+    the controller-written annotation of the claim's Sandbox, not from the claim's mutable spec.
+    """
+    from agentsandbox.controllers.sandbox.metrics import created_by as sandbox_created_by
+
+    ns = f"ns-{uuid.uuid4().hex[:8]}"
+    for i in range(1000):
+        c = {"metadata": {"labels": {keys.LABEL_CREATED_BY: f"random-{i}"}}}
+        cm.count_claim_creation(ns, "t", "cold", "", False, created_by=cm.claim_created_by(c))
+    for known in ("go-client", "python-client", "controller"):
+        c = {"metadata": {"labels": {keys.LABEL_CREATED_BY: known}}}
+        assert cm.claim_created_by(c) == known
+        cm.count_claim_creation(ns, "t", "cold", "", False, created_by=cm.claim_created_by(c))
+    cm.count_claim_creation(ns, "t", "cold", "", False, created_by=cm.claim_created_by({}))
+    values = {
+        sample.labels["created_by"]
+        for family in REGISTRY.collect()
+        if family.name == "agent_sandbox_claim_creation"
+        for sample in family.samples
+        if sample.labels.get("namespace") == ns
+    }
+    assert values <= {"", "unknown", "go-client", "python-client", "controller"}, values
+    assert creation_total(ns, "t", "cold", "none", "not_ready", "unknown") == 1000
+    sb_labels = {"metadata": {"labels": {keys.LABEL_CREATED_BY: "x" * 63}}}
+    assert sandbox_created_by(sb_labels) == "unknown"
+    # the claim's spec was changed to another name after its sandbox was made from template t
+    mutated = claim(f"random-{uuid.uuid4().hex}")
+    assert cm.claim_template(mutated, sandbox("cold", template_annotation="t")) == "t"
