@@ -260,11 +260,17 @@ def _set_env(container: dict[str, Any], wanted: Sequence[Obj], policy: str) -> N
 
 
 def merge_volume_claim_templates(
-    base: Sequence[Obj], extra: Sequence[Obj], policy: str
+    base: Sequence[Obj], extra: Sequence[Obj], policy: str, pod_volumes: Sequence[str] = ()
 ) -> list[dict[str, Any]]:
     """The template's volume claim templates plus the claim's, by the template's
     ``volumeClaimTemplatesPolicy`` (upstream #960): ``Disallowed`` (default) refuses any,
-    ``Allowed`` adds new names only, ``Overrides`` may also replace one of the template's."""
+    ``Allowed`` adds new names only, ``Overrides`` may also replace one of the template's.
+
+    A claim VCT replaces the pod volume of the same name (the Sandbox controller mounts the
+    PVC in its place), so under ``Allowed`` every name the template defines is refused: its
+    VCTs and also ``pod_volumes``, the names of its pod's own volumes (a configMap or CA bundle
+    a trusted container mounts must not become a user's PVC). Two claim VCTs of one name are
+    refused under any policy, as upstream's ``validateVolumeClaimTemplates``."""
     out = [copy.deepcopy(dict(v)) for v in base]
     if not extra:
         return out
@@ -274,20 +280,28 @@ def merge_volume_claim_templates(
             "volume claim templates are not allowed by the template policy "
             "(volumeClaimTemplatesPolicy: Disallowed)",
         )
+    seen: set[str] = set()
     for vct in extra:
         name = (vct.get("metadata") or {}).get("name")
+        if name in seen:
+            raise ClaimFailure(
+                REASON_VCT_ERROR, f'duplicate volume claim template name "{name}" in the claim'
+            )
+        seen.add(str(name))
         at = next(
             (i for i, v in enumerate(out) if (v.get("metadata") or {}).get("name") == name), None
         )
-        if at is None:
-            out.append(copy.deepcopy(dict(vct)))
-        elif policy == "Overrides":
+        if policy == "Overrides" and at is not None:
             out[at] = copy.deepcopy(dict(vct))
+        elif policy == "Overrides" or (at is None and name not in pod_volumes):
+            out.append(copy.deepcopy(dict(vct)))
         else:
+            what = "volume claim template" if at is not None else "pod volume"
             raise ClaimFailure(
                 REASON_VCT_ERROR,
-                f'volume claim template "{name}" is defined by the template and the template '
-                "policy does not allow overriding it (volumeClaimTemplatesPolicy: Allowed)",
+                f'volume claim template "{name}" would replace the {what} "{name}" the '
+                "template defines, and the template policy does not allow overriding it "
+                "(volumeClaimTemplatesPolicy: Allowed)",
             )
     return out
 
@@ -309,6 +323,10 @@ def cold_sandbox(claim: Obj, template: Obj) -> dict[str, Any]:
         tspec.get("volumeClaimTemplates") or [],
         spec.get("volumeClaimTemplates") or [],
         str(tspec.get("volumeClaimTemplatesPolicy") or "Disallowed"),
+        [
+            str(v.get("name"))
+            for v in ((tspec.get("podTemplate") or {}).get("spec") or {}).get("volumes") or []
+        ],
     )
     pod_template = copy.deepcopy(tspec.get("podTemplate") or {})
     pod_spec = dict(pod_template.get("spec") or {})
