@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from agentsandbox.controllers.claim.claimed_sandbox import cold_sandbox
+from agentsandbox.controllers.claim.claimed_sandbox import (
+    cold_sandbox,
+    validate_additional_metadata,
+)
 from agentsandbox.controllers.claim.plan import REASON_VCT_ERROR, ClaimFailure
 
 NS = "ns"
@@ -70,3 +73,44 @@ def test_allowed_policy_never_replaces_a_template_pod_volume() -> None:
     mine["spec"]["resources"]["requests"]["storage"] = "2Gi"
     replaced = cold_sandbox(claim(volumeClaimTemplates=[mine]), overrides)
     assert replaced["spec"]["volumeClaimTemplates"] == [mine]
+
+
+# ------------------------------------------------------------- additional pod metadata (#4)
+@pytest.mark.parametrize(
+    ("kind", "key", "value"),
+    [
+        # unprefixed labels select Services and NetworkPolicies (app=web, role=db-client)
+        ("labels", "app", "web"),
+        ("labels", "role", "x"),
+        # mesh: sidecar injection and egress capture, as annotations and as labels
+        ("annotations", "sidecar.istio.io/inject", "false"),
+        ("annotations", "traffic.sidecar.istio.io/excludeOutboundIPRanges", "0.0.0.0/0"),
+        ("labels", "sidecar.istio.io/inject", "false"),
+        ("annotations", "istio.io/rev", "canary"),
+        ("annotations", "linkerd.io/inject", "disabled"),
+        ("annotations", "config.linkerd.io/skip-outbound-ports", "1-65535"),
+        # sandbox runtimes (reversed-domain keys with no prefix)
+        ("annotations", "io.kubernetes.cri-o.Devices", "/dev/kvm"),
+        ("annotations", "io.katacontainers.config.hypervisor.kernel_params", "x"),
+        ("annotations", "dev.gvisor.spec.mount.data.share", "shared"),
+        # node pinning
+        ("annotations", "karpenter.sh/do-not-disrupt", "true"),
+    ],
+)
+def test_mesh_runtime_and_selector_metadata_is_refused(kind: str, key: str, value: str) -> None:
+    """Security review #4: ``additionalPodMetadata`` must not opt the sandbox pod into other
+    label-selected NetworkPolicies and Services (an unprefixed label, as upstream v1.0.1
+    refuses) nor set service-mesh or sandbox-runtime annotations or labels (``*.istio.io``,
+    ``linkerd.io``, ``io.kubernetes.cri-o.*``, ``io.katacontainers.*``, ``dev.gvisor.*``,
+    ``karpenter.sh``)."""
+    problem = validate_additional_metadata({kind: {key: value}})
+    assert problem is not None and f'"{key}"' in problem, problem
+
+
+def test_prefixed_user_metadata_is_still_accepted() -> None:
+    """Security review #4, the other side: what a claim may still ask for."""
+    extra = {
+        "labels": {"sandbox.users.io/team": "a", "example.com/tier": "gold"},
+        "annotations": {"note": "b", "example.com/owner": "c", "notistio.io/x": "d"},
+    }
+    assert validate_additional_metadata(extra) is None
