@@ -167,7 +167,7 @@ async def test_policy_created_updated_and_removed_as_the_template_says(
             "matchLabels": {keys.LABEL_SANDBOX_TEMPLATE_REF_HASH: name_hash("tpl")}
         }
         v6 = np["spec"]["egress"][0]["to"][1]["ipBlock"]
-        assert v6 == {"cidr": "::/0", "except": ["fc00::/7", "fe80::/10"]}
+        assert v6 == {"cidr": "::/0", "except": ["fc00::/7", "fe80::/10", "64:ff9b::/96"]}
         (owner,) = np["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["uid"], owner["controller"], owner["blockOwnerDeletion"]) == (
             "SandboxTemplate",
