@@ -8,6 +8,7 @@ one of those fields, or structural pruning drops them silently.
 
 from __future__ import annotations
 
+import copy
 import functools
 from pathlib import Path
 from typing import Any
@@ -115,8 +116,16 @@ def test_lifecycle_shutdown_policy_default_is_upstreams() -> None:
 
 
 def test_volume_claim_templates_have_the_sandbox_shape() -> None:
-    ours = spec_schema()["properties"]["volumeClaimTemplates"]
+    """The Sandbox's shape, plus the claim's size bounds (test_claim_sizes_are_bounded...)."""
+    ours = copy.deepcopy(spec_schema()["properties"]["volumeClaimTemplates"])
     sandbox = crds()[SANDBOX]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert ours.pop("maxItems") == 8
+    for field in ("labels", "annotations"):
+        meta = ours["items"]["properties"]["metadata"]["properties"][field]
+        assert (meta.pop("maxProperties"), meta["additionalProperties"].pop("maxLength")) == (
+            64,
+            32 * 1024,
+        )
     assert ours == sandbox["properties"]["spec"]["properties"]["volumeClaimTemplates"]
     item = ours["items"]
     assert sorted(item["properties"]["metadata"]["properties"]) == ["annotations", "labels", "name"]
