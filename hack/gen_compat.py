@@ -136,6 +136,9 @@ FLAG_NOTES: dict[str, str] = {
     "warm-pool-autoscaler-sync-period": "ours: autoscaler setting (docs/autoscaler-object.md)",
     "warm-pool-autoscaler-rate-window": "ours: autoscaler setting (docs/autoscaler-object.md)",
     "warm-pool-autoscaler-burst-bin": "ours: autoscaler setting (docs/autoscaler-object.md)",
+    "network-policy-egress-except": (
+        "ours: extra except-CIDRs of the default NetworkPolicy (docs/design/template.md)"
+    ),
 }
 
 # ---------------------------------------------------------------------------- upstream: keys

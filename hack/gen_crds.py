@@ -268,13 +268,32 @@ def load_snapshot(snapshot_dir: Path) -> tuple[dict[str, Any], str]:
 
 
 # --------------------------------------------------------------------------- OpenAPI -> CRD schema
-def _string_map() -> Schema:
-    return {"type": "object", "additionalProperties": {"type": "string"}}
+# Size bounds of what a claim (written by any namespace editor) may carry; a deliberate
+# difference from upstream v1.0.1, whose claim schema has none (docs/api.md, "Size bounds").
+CLAIM_MAX_ENV = 128
+CLAIM_MAX_VALUE = 32 * 1024
+CLAIM_MAX_MAP_ENTRIES = 64
+CLAIM_MAX_VOLUME_CLAIM_TEMPLATES = 8
 
 
-def labels_and_annotations(*, name: bool = False) -> Schema:
-    """ObjectMeta as our templates accept it: labels and annotations (and optionally a name)."""
-    props: Schema = {"annotations": _string_map(), "labels": _string_map()}
+def _string_map(*, bounded: bool = False) -> Schema:
+    if not bounded:
+        return {"type": "object", "additionalProperties": {"type": "string"}}
+    return {
+        "type": "object",
+        "maxProperties": CLAIM_MAX_MAP_ENTRIES,
+        "additionalProperties": {"type": "string", "maxLength": CLAIM_MAX_VALUE},
+    }
+
+
+def labels_and_annotations(*, name: bool = False, bounded: bool = False) -> Schema:
+    """ObjectMeta as our templates accept it: labels and annotations (and optionally a name).
+    ``bounded``: a claim's, at most :data:`CLAIM_MAX_MAP_ENTRIES` entries of at most
+    :data:`CLAIM_MAX_VALUE` bytes per map."""
+    props: Schema = {
+        "annotations": _string_map(bounded=bounded),
+        "labels": _string_map(bounded=bounded),
+    }
     if name:
         props["name"] = {"type": "string"}
     return {"type": "object", "properties": props}
@@ -594,10 +613,12 @@ class Schemas:
             ],
         )
 
-    def volume_claim_templates(self) -> Schema:
+    def volume_claim_templates(self, *, bounded: bool = False) -> Schema:
+        """``bounded``: a claim's, at most :data:`CLAIM_MAX_VOLUME_CLAIM_TEMPLATES` items with
+        bounded metadata maps."""
         item = obj(
             {
-                "metadata": labels_and_annotations(name=True),
+                "metadata": labels_and_annotations(name=True, bounded=bounded),
                 "spec": self.conv.named(CORE + "PersistentVolumeClaimSpec"),
             },
             required=["spec"],
@@ -609,13 +630,16 @@ class Schemas:
                 )
             ],
         )
-        return {
+        out: Schema = {
             "type": "array",
             "x-kubernetes-list-type": "atomic",
             "items": item,
             "description": "PVCs created per sandbox (named <name>-<sandbox>), mounted as "
             "volumes <name>.",
         }
+        if bounded:
+            out["maxItems"] = CLAIM_MAX_VOLUME_CLAIM_TEMPLATES
+        return out
 
     def sandbox(self) -> tuple[Schema, Schema]:
         spec = obj(
@@ -714,7 +738,7 @@ class Schemas:
         env_item = obj(
             {
                 "name": string(),
-                "value": string(),
+                "value": string(maxLength=CLAIM_MAX_VALUE),
                 "containerName": string("Only this container (default: all)."),
             },
             required=["name", "value"],
@@ -758,16 +782,18 @@ class Schemas:
                     "Expiry of the claim.",
                 ),
                 "additionalPodMetadata": _described(
-                    labels_and_annotations(), "Extra labels and annotations for the pod."
+                    labels_and_annotations(bounded=True),
+                    "Extra labels and annotations for the pod.",
                 ),
                 "env": {
                     "type": "array",
                     "x-kubernetes-list-type": "atomic",
+                    "maxItems": CLAIM_MAX_ENV,
                     "items": env_item,
                     "description": "Environment variables to inject (see the template's "
                     "envVarsInjectionPolicy).",
                 },
-                "volumeClaimTemplates": self.volume_claim_templates(),
+                "volumeClaimTemplates": self.volume_claim_templates(bounded=True),
             },
             "Desired state of the SandboxClaim: sandboxTemplateRef (+ warmpool) or warmPoolRef.",
             rules=[CLAIM_ONE_REF, CLAIM_WARMPOOL_WITH_TEMPLATE],

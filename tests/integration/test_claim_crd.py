@@ -297,6 +297,64 @@ REJECTED: list[tuple[str, dict[str, Any], int, list[str], list[str]]] = [
         ["env[].name must not be empty"],
         [],
     ),
+    # security review #12: claim sizes are bounded (each row failed before the bounds)
+    (
+        "env-over-128-items",
+        {"warmPoolRef": ref("p"), "env": [{"name": f"V{i}", "value": "x"} for i in range(129)]},
+        422,
+        ["spec.env: Too many: 129: must have at most 128 items"],
+        [],
+    ),
+    (
+        "env-value-over-32-kib",
+        {"warmPoolRef": ref("p"), "env": [{"name": "V", "value": "x" * (32 * 1024 + 1)}]},
+        422,
+        ["spec.env[0].value: Too long", "32768"],
+        [],
+    ),
+    (
+        "labels-over-64",
+        {
+            "warmPoolRef": ref("p"),
+            "additionalPodMetadata": {"labels": {f"sandbox.users.io/l{i}": "v" for i in range(65)}},
+        },
+        422,
+        ["spec.additionalPodMetadata.labels: Too many: 65: must have at most 64 items"],
+        [],
+    ),
+    (
+        "annotations-over-64",
+        {
+            "warmPoolRef": ref("p"),
+            "additionalPodMetadata": {"annotations": {f"a{i}": "v" for i in range(65)}},
+        },
+        422,
+        ["spec.additionalPodMetadata.annotations: Too many: 65: must have at most 64 items"],
+        [],
+    ),
+    (
+        "annotation-value-over-32-kib",
+        {
+            "warmPoolRef": ref("p"),
+            "additionalPodMetadata": {"annotations": {"a": "x" * (32 * 1024 + 1)}},
+        },
+        422,
+        ["spec.additionalPodMetadata.annotations.a: Too long", "32768"],
+        [],
+    ),
+    (
+        "volume-claim-templates-over-8",
+        {
+            "warmPoolRef": ref("p"),
+            "volumeClaimTemplates": [
+                {"metadata": {"name": f"v{i}"}, "spec": {"accessModes": ["ReadWriteOnce"]}}
+                for i in range(9)
+            ],
+        },
+        422,
+        ["spec.volumeClaimTemplates: Too many: 9: must have at most 8 items"],
+        [],
+    ),
 ]
 
 
@@ -394,3 +452,36 @@ def test_kubectl_get_wide_shows_which_ref_a_claim_uses(cluster: DevCluster, name
         "WARM POOL": "python-pool",
         "WARM POOL POLICY": "",
     }
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_claim_at_every_bound_is_still_accepted(
+    cluster: DevCluster, namespace: str, version: str
+) -> None:
+    """Security review #12, the other side: a claim upstream v1.0.1's schema accepts (its
+    fields only: warmPoolRef, env name/value/containerName, additionalPodMetadata,
+    volumeClaimTemplates, lifecycle) that sits exactly at each bound is stored whole: 128 env
+    entries, one value of 32 KiB, 64 labels, 64 annotations (one of 32 KiB), 8 volume claim
+    templates whose metadata maps hold 64 entries."""
+    body = client_108_body(version)
+    env = [{"name": f"V{i}", "value": str(i)} for i in range(127)]
+    env.append({"name": "BIG", "value": "x" * (32 * 1024), "containerName": "main"})
+    labels = {f"sandbox.users.io/l{i}": "v" for i in range(64)}
+    annotations = {f"a{i}": "v" for i in range(63)} | {"big": "y" * (32 * 1024)}
+    vct_meta = {"labels": {f"l{i}": "v" for i in range(64)}, "annotations": {"a": "v"}}
+    body["spec"] |= {
+        "env": env,
+        "additionalPodMetadata": {"labels": labels, "annotations": annotations},
+        "volumeClaimTemplates": [
+            {
+                "metadata": {"name": f"v{i}", **vct_meta},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+            for i in range(8)
+        ],
+    }
+    created = create(cluster, copy.deepcopy(body), namespace)
+    assert_kept(body, created, version)

@@ -71,12 +71,14 @@ CUSTOM = {
 
 
 @contextlib.asynccontextmanager
-async def controllers(client: Client) -> AsyncIterator[Manager]:
+async def controllers(
+    client: Client, egress_except: tuple[str, ...] = ()
+) -> AsyncIterator[Manager]:
     mgr = Manager(client)
     sandbox_controller.setup(mgr, 8, "cluster.local")
     warmpool.setup(mgr, Settings(), workers=4)
     claim_controller.setup(mgr, workers=8)
-    template_controller.setup(mgr, workers=2)
+    template_controller.setup(mgr, workers=2, egress_except=egress_except)
     async with running(mgr):
         await asyncio.wait_for(mgr.wait_started(), 20)
         yield mgr
@@ -167,7 +169,7 @@ async def test_policy_created_updated_and_removed_as_the_template_says(
             "matchLabels": {keys.LABEL_SANDBOX_TEMPLATE_REF_HASH: name_hash("tpl")}
         }
         v6 = np["spec"]["egress"][0]["to"][1]["ipBlock"]
-        assert v6 == {"cidr": "::/0", "except": ["fc00::/7", "fe80::/10"]}
+        assert v6 == {"cidr": "::/0", "except": ["fc00::/7", "fe80::/10", "64:ff9b::/96"]}
         (owner,) = np["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["uid"], owner["controller"], owner["blockOwnerDeletion"]) == (
             "SandboxTemplate",
@@ -405,3 +407,33 @@ async def test_the_policy_selects_warm_adopted_cold_and_rolled_sandbox_pods(
         )
         # the adopted and cold sandboxes were not rolled, and still match
         assert {adopted, cold} <= await selected_pods(client, ns, "tpl-network-policy")
+
+
+async def test_extra_egress_excepts_reach_the_policy_and_sandbox_pods_have_no_service_links(
+    client: Client,
+    namespace: str,
+) -> None:
+    """Security review #11 through the real NetworkPolicy and Pod APIs: the default policy
+    with the built-in CGNAT, reserved and NAT64 excepts plus ``--network-policy-egress-except``
+    values (each in its family's block) is accepted as written, and the pods of a pool sandbox
+    and of a cold claim run with ``enableServiceLinks: false``."""
+    ns = namespace
+    extra = ("203.0.113.0/24", "2001:db8::/32")
+    await client.create(SANDBOX_TEMPLATES, template_obj("tpl", "example/python:1"), ns)
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 1), ns)
+    async with controllers(client, egress_except=extra):
+        np = await eventually(
+            lambda: get_or_none(client, NETWORKPOLICIES, "tpl-network-policy", ns),
+            within=30.0,
+            what="the policy",
+        )
+        assert network_policy_specs_equal(np["spec"], default_network_policy_spec("tpl", extra))
+        v4, v6 = (peer["ipBlock"] for peer in np["spec"]["egress"][0]["to"])
+        assert {"100.64.0.0/10", "240.0.0.0/4", "203.0.113.0/24"} <= set(v4["except"])
+        assert {"64:ff9b::/96", "2001:db8::/32"} <= set(v6["except"])
+        (member,) = await wait_ready_pool(client, ns, "pool", 1)
+        await client.create(SANDBOX_CLAIMS, claim_obj("cold", template="tpl", warmpool="none"), ns)
+        cold = await wait_claim(client, ns, "cold")
+        for sb_name in (member["metadata"]["name"], cold):
+            pod = await client.get(PODS, pod_name(await client.get(SANDBOXES, sb_name, ns)), ns)
+            assert pod["spec"]["enableServiceLinks"] is False, sb_name

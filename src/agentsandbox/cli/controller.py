@@ -219,7 +219,11 @@ def register_controllers(mgr: Manager, opts: Options, *, autoscaler: bool = Fals
             events=not opts.disable_claim_events,
             observability_annotations=not opts.disable_claim_observability_annotations,
         )
-        template.setup(mgr, workers=opts.sandbox_template_concurrent_workers)
+        template.setup(
+            mgr,
+            workers=opts.sandbox_template_concurrent_workers,
+            egress_except=opts.network_policy_egress_except,
+        )
         if autoscaler and opts.enable_warm_pool_autoscaler:
             from agentsandbox.controllers.autoscaler import controller as warm_pool_autoscaler
 

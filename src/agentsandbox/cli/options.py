@@ -8,6 +8,7 @@ Python process (pprof) are accepted and reported as not applicable.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,6 +154,14 @@ def build_flagset() -> FlagSet:
         "annotations, coalescing the repairs of that time into one patch; at most 1s for pods. "
         "Status, owner references, creates and deletes are never deferred. 0 defers nothing",
     )
+    fs.add_string(
+        "network-policy-egress-except",
+        "",
+        "Comma-separated CIDRs, IPv4 and IPv6, that the default NetworkPolicy of a template "
+        "also excepts from its public-internet egress, on top of the built-in private, "
+        "link-local, CGNAT (100.64.0.0/10), reserved (240.0.0.0/4) and NAT64 (64:ff9b::/96) "
+        "ranges; e.g. a cluster's own public pod, service or node ranges",
+    )
     fs.add_bool("enable-webhook", True, "Run the webhook server (no effect: no webhook here)")
     fs.add_bool("manage-webhook-certs", True, "Manage the webhook serving certificates (no effect)")
     fs.add_int("webhook-port", 9443, "Webhook server port (no effect)")
@@ -214,6 +223,7 @@ class Options:
     sandbox_warm_pool_replenish_delay: float
     sandbox_warm_pool_max_refill_rate: float
     sandbox_write_behind_window: float
+    network_policy_egress_except: tuple[str, ...]
     cache_label_selectors: bool
     enable_warm_pool_eviction: bool
     enable_warm_pool_autoscaler: bool
@@ -257,6 +267,9 @@ class Options:
             sandbox_warm_pool_replenish_delay=v("sandbox-warm-pool-replenish-delay"),
             sandbox_warm_pool_max_refill_rate=v("sandbox-warm-pool-max-refill-rate"),
             sandbox_write_behind_window=v("sandbox-write-behind-window"),
+            network_policy_egress_except=tuple(
+                c.strip() for c in str(v("network-policy-egress-except")).split(",") if c.strip()
+            ),
             cache_label_selectors=v("cache-label-selectors"),
             enable_warm_pool_eviction=v("enable-warm-pool-eviction"),
             enable_warm_pool_autoscaler=v("enable-warm-pool-autoscaler"),
@@ -308,6 +321,11 @@ class Options:
         ):
             if number < 0:
                 out.append(f"--{flag} must not be negative")
+        out.extend(
+            f"--network-policy-egress-except: {problem}"
+            for problem in map(cidr_problem, self.network_policy_egress_except)
+            if problem
+        )
         if self.zap_encoder not in ("", "json", "console"):
             out.append(f'--zap-encoder must be "json" or "console", got "{self.zap_encoder}"')
         return out
@@ -333,6 +351,18 @@ class Options:
             for n in self.no_effect
         )
         return out
+
+
+def cidr_problem(cidr: str) -> str | None:
+    """Why ``cidr`` cannot be an ``except`` entry of the default policy's ``0.0.0.0/0`` or
+    ``::/0`` block (the apiserver wants a network address strictly inside it), or None."""
+    try:
+        net = ipaddress.ip_network(cidr, strict=True)
+    except ValueError as err:
+        return f'"{cidr}" is not a CIDR network address: {err}'
+    if net.prefixlen == 0:
+        return f'"{cidr}" would except everything (an except must be inside 0.0.0.0/0 or ::/0)'
+    return None
 
 
 def given_flags(argv: list[str]) -> set[str]:

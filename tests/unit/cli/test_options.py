@@ -91,6 +91,8 @@ OURS_ONLY_FLAGS: dict[str, tuple[str, object, str]] = {
     "warm-pool-autoscaler-sync-period": ("duration", 5.0, "ours: an autoscaler setting"),
     "warm-pool-autoscaler-rate-window": ("duration", 600.0, "ours: an autoscaler setting"),
     "warm-pool-autoscaler-burst-bin": ("duration", 10.0, "ours: an autoscaler setting"),
+    # extra except-CIDRs of the default NetworkPolicy's egress (docs/design/template.md)
+    "network-policy-egress-except": ("string", "", "ours: more CIDRs the default policy denies"),
 }
 # Upstream flags accepted with no effect (a warning each when given; docs/design/architecture.md,
 # "The flags"): the webhook flags above and v1.0.1's connection flags.

@@ -8,6 +8,7 @@ one of those fields, or structural pruning drops them silently.
 
 from __future__ import annotations
 
+import copy
 import functools
 from pathlib import Path
 from typing import Any
@@ -115,8 +116,16 @@ def test_lifecycle_shutdown_policy_default_is_upstreams() -> None:
 
 
 def test_volume_claim_templates_have_the_sandbox_shape() -> None:
-    ours = spec_schema()["properties"]["volumeClaimTemplates"]
+    """The Sandbox's shape, plus the claim's size bounds (test_claim_sizes_are_bounded...)."""
+    ours = copy.deepcopy(spec_schema()["properties"]["volumeClaimTemplates"])
     sandbox = crds()[SANDBOX]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert ours.pop("maxItems") == 8
+    for field in ("labels", "annotations"):
+        meta = ours["items"]["properties"]["metadata"]["properties"][field]
+        assert (meta.pop("maxProperties"), meta["additionalProperties"].pop("maxLength")) == (
+            64,
+            32 * 1024,
+        )
     assert ours == sandbox["properties"]["spec"]["properties"]["volumeClaimTemplates"]
     item = ours["items"]
     assert sorted(item["properties"]["metadata"]["properties"]) == ["annotations", "labels", "name"]
@@ -144,3 +153,25 @@ def test_printer_columns_are_upstreams_then_wide_extras() -> None:
         "Warm Pool": ".spec.warmPoolRef.name",
         "Warm Pool Policy": ".spec.warmpool",
     }
+
+
+def test_claim_sizes_are_bounded_in_both_versions() -> None:
+    """Security review #12: an editor's claim must not grow without bound (each is cached, and a
+    cold claim's env is copied into its Sandbox): ``env`` at most 128 items, each ``value`` at
+    most 32 KiB, the ``additionalPodMetadata`` maps at most 64 entries with values of at most
+    32 KiB, at most 8 ``volumeClaimTemplates`` whose metadata maps hold at most 64 entries.
+    Upstream v1.0.1's claim schema has no such bounds (a deliberate difference)."""
+    for version in ("v1beta1", "v1alpha1"):
+        props = spec_schema(version)["properties"]
+        assert props["env"]["maxItems"] == 128
+        assert props["env"]["items"]["properties"]["value"]["maxLength"] == 32 * 1024
+        for field in ("labels", "annotations"):
+            meta = props["additionalPodMetadata"]["properties"][field]
+            assert meta["maxProperties"] == 64, (version, field)
+            assert meta["additionalProperties"]["maxLength"] == 32 * 1024, (version, field)
+        vcts = props["volumeClaimTemplates"]
+        assert vcts["maxItems"] == 8
+        for field in ("labels", "annotations"):
+            assert (
+                vcts["items"]["properties"]["metadata"]["properties"][field]["maxProperties"] == 64
+            )

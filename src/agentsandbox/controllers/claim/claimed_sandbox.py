@@ -28,6 +28,12 @@ from agentsandbox.controllers.claim.plan import (
 Obj = Mapping[str, Any]
 
 RESTRICTED_DOMAINS = ("kubernetes.io", "k8s.io", "agents.x-k8s.io")
+#: Service-mesh and node-lifecycle domains (and their subdomains): sidecar injection, egress
+#: capture and node pinning are the platform's to set, never a claim's.
+MESH_AND_NODE_DOMAINS = ("istio.io", "linkerd.io", "karpenter.sh")
+#: Sandbox-runtime keys, reversed-domain style with no prefix (CRI-O, Kata, gVisor): honoured by
+#: the very runtimes that isolate sandboxes when the node allows them.
+RUNTIME_KEY_PREFIXES = ("io.kubernetes.cri-o.", "io.katacontainers.", "dev.gvisor.")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -61,10 +67,24 @@ def _key_problem(key: str) -> str | None:
     return None
 
 
+def _mesh_or_runtime(key: str) -> bool:
+    """A key of :data:`MESH_AND_NODE_DOMAINS` (or a subdomain), or one starting with one of
+    :data:`RUNTIME_KEY_PREFIXES` (prefix or name part)."""
+    domain = _domain(key)
+    if any(domain == d or domain.endswith("." + d) for d in MESH_AND_NODE_DOMAINS):
+        return True
+    lowered = key.lower()
+    name = lowered.rpartition("/")[2]
+    return any(lowered.startswith(p) or name.startswith(p) for p in RUNTIME_KEY_PREFIXES)
+
+
 def validate_additional_metadata(extra: Obj | None) -> str | None:
     """The rules for ``additionalPodMetadata`` (docs/design/claim.md, "Pod metadata and env"):
-    valid keys, no system domains, valid label values, and never ``app=sandbox-router`` (that
-    label is the ingress the default NetworkPolicy admits). The error text, or None."""
+    valid keys, no system domains, no service-mesh, sandbox-runtime or node-lifecycle keys,
+    labels only with a domain prefix (an unprefixed label such as ``app`` or ``role`` would
+    opt the pod into Services and NetworkPolicies selecting it, as upstream v1.0.1 refuses),
+    valid label values, and never ``app=sandbox-router`` (that label is the ingress the default
+    NetworkPolicy admits). The error text, or None."""
     if not extra:
         return None
     for kind, entries in (("label", extra.get("labels")), ("annotation", extra.get("annotations"))):
@@ -72,11 +92,27 @@ def validate_additional_metadata(extra: Obj | None) -> str | None:
             problem = _key_problem(str(key))
             if problem is not None:
                 return f'failed to validate {kind} "{key}": invalid key: {problem}'
+            if kind == "label" and key == keys.LABEL_APP and value == keys.SANDBOX_ROUTER_APP:
+                return (
+                    f'failed to validate label "{key}": "{key}={value}" is reserved for the '
+                    "sandbox router (the default NetworkPolicy admits traffic from it)"
+                )
             domain = _domain(key)
             if any(domain == d or domain.endswith("." + d) for d in RESTRICTED_DOMAINS):
                 return (
                     f'failed to validate {kind} "{key}": restricted system domain: "{key}" is '
                     "not allowed in AdditionalPodMetadata"
+                )
+            if _mesh_or_runtime(str(key)):
+                return (
+                    f'failed to validate {kind} "{key}": service-mesh, sandbox-runtime and '
+                    f'node-lifecycle keys are not allowed in AdditionalPodMetadata: "{key}"'
+                )
+            if kind == "label" and not domain:
+                return (
+                    f'failed to validate label "{key}": label "{key}" must have a domain prefix '
+                    "(e.g. 'sandbox.users.io/my-label') to prevent opting into unintended "
+                    "policy domains"
                 )
             if kind == "label" and (len(str(value)) > 63 or not _LABEL_VALUE.match(str(value))):
                 return (
@@ -84,11 +120,6 @@ def validate_additional_metadata(extra: Obj | None) -> str | None:
                     "match allowed pattern: must be no more than 63 characters and consist of "
                     "alphanumeric characters, '-', '_' or '.', starting and ending with an "
                     "alphanumeric character"
-                )
-            if kind == "label" and key == keys.LABEL_APP and value == keys.SANDBOX_ROUTER_APP:
-                return (
-                    f'failed to validate label "{key}": "{key}={value}" is reserved for the '
-                    "sandbox router (the default NetworkPolicy admits traffic from it)"
                 )
     return None
 
@@ -260,11 +291,17 @@ def _set_env(container: dict[str, Any], wanted: Sequence[Obj], policy: str) -> N
 
 
 def merge_volume_claim_templates(
-    base: Sequence[Obj], extra: Sequence[Obj], policy: str
+    base: Sequence[Obj], extra: Sequence[Obj], policy: str, pod_volumes: Sequence[str] = ()
 ) -> list[dict[str, Any]]:
     """The template's volume claim templates plus the claim's, by the template's
     ``volumeClaimTemplatesPolicy`` (upstream #960): ``Disallowed`` (default) refuses any,
-    ``Allowed`` adds new names only, ``Overrides`` may also replace one of the template's."""
+    ``Allowed`` adds new names only, ``Overrides`` may also replace one of the template's.
+
+    A claim VCT replaces the pod volume of the same name (the Sandbox controller mounts the
+    PVC in its place), so under ``Allowed`` every name the template defines is refused: its
+    VCTs and also ``pod_volumes``, the names of its pod's own volumes (a configMap or CA bundle
+    a trusted container mounts must not become a user's PVC). Two claim VCTs of one name are
+    refused under any policy, as upstream's ``validateVolumeClaimTemplates``."""
     out = [copy.deepcopy(dict(v)) for v in base]
     if not extra:
         return out
@@ -274,20 +311,28 @@ def merge_volume_claim_templates(
             "volume claim templates are not allowed by the template policy "
             "(volumeClaimTemplatesPolicy: Disallowed)",
         )
+    seen: set[str] = set()
     for vct in extra:
         name = (vct.get("metadata") or {}).get("name")
+        if name in seen:
+            raise ClaimFailure(
+                REASON_VCT_ERROR, f'duplicate volume claim template name "{name}" in the claim'
+            )
+        seen.add(str(name))
         at = next(
             (i for i, v in enumerate(out) if (v.get("metadata") or {}).get("name") == name), None
         )
-        if at is None:
-            out.append(copy.deepcopy(dict(vct)))
-        elif policy == "Overrides":
+        if policy == "Overrides" and at is not None:
             out[at] = copy.deepcopy(dict(vct))
+        elif policy == "Overrides" or (at is None and name not in pod_volumes):
+            out.append(copy.deepcopy(dict(vct)))
         else:
+            what = "volume claim template" if at is not None else "pod volume"
             raise ClaimFailure(
                 REASON_VCT_ERROR,
-                f'volume claim template "{name}" is defined by the template and the template '
-                "policy does not allow overriding it (volumeClaimTemplatesPolicy: Allowed)",
+                f'volume claim template "{name}" would replace the {what} "{name}" the '
+                "template defines, and the template policy does not allow overriding it "
+                "(volumeClaimTemplatesPolicy: Allowed)",
             )
     return out
 
@@ -309,6 +354,10 @@ def cold_sandbox(claim: Obj, template: Obj) -> dict[str, Any]:
         tspec.get("volumeClaimTemplates") or [],
         spec.get("volumeClaimTemplates") or [],
         str(tspec.get("volumeClaimTemplatesPolicy") or "Disallowed"),
+        [
+            str(v.get("name"))
+            for v in ((tspec.get("podTemplate") or {}).get("spec") or {}).get("volumes") or []
+        ],
     )
     pod_template = copy.deepcopy(tspec.get("podTemplate") or {})
     pod_spec = dict(pod_template.get("spec") or {})

@@ -37,7 +37,7 @@ carries that annotation from elsewhere. ``client_claim_startup`` measures from
 fraction digits) parses as well, and a timestamp without a zone is read as UTC.
 ``agent_sandbox_claim_creation_total`` has upstream HEAD's ``created_by`` label (#1039): the
 claim's ``agents.x-k8s.io/created-by`` label (``python-client`` from the 1.0.x client), empty when
-the claim has none.
+the claim has none, ``unknown`` when it is not one of the known values (a bounded set).
 """
 
 from __future__ import annotations
@@ -144,12 +144,12 @@ def claim_created_by(claim: Obj) -> str:
 
 
 def claim_template(claim: Obj, sandbox: Obj | None) -> str:
-    """The claim's ``spec.sandboxTemplateRef.name``; for a ``spec.warmPoolRef`` claim the
-    Sandbox's ``sandbox-template-ref`` annotation; else ``__unknown__``."""
-    spec = claim.get("spec") or {}
-    name = (spec.get("sandboxTemplateRef") or {}).get("name")
-    if name:
-        return str(name)
+    """The ``sandbox-template-ref`` annotation of the claim's Sandbox (written by the
+    controllers from the template they resolved), else ``__unknown__``, as upstream v1.0.1's
+    ``resolveTemplateName``. Never the claim's own ``spec.sandboxTemplateRef.name``: the spec
+    is mutable, so a user could otherwise pick the label value and grow the series without
+    bound)."""
+    del claim  # kept in the signature: the label is about the claim's sandbox
     if sandbox is not None:
         return template_annotation(sandbox) or UNKNOWN_TEMPLATE
     return UNKNOWN_TEMPLATE

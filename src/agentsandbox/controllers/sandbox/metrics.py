@@ -24,7 +24,9 @@ annotation and so labels every cold Sandbox ``warm`` once its pod exists — doc
 
 ``created_by`` (upstream HEAD, #1039) is the Sandbox's ``agents.x-k8s.io/created-by`` label:
 ``controller`` for a pool's sandboxes, the claim's value (``python-client`` from the released
-1.0.x client) for a claimed one, empty when the Sandbox has none.
+1.0.x client) for a claimed one, empty when the Sandbox has none. The label is written by
+claim creators, so its value is bounded as upstream v1.0.1's ``NormalizeCreatedBy`` bounds it:
+anything but ``go-client``, ``python-client`` and ``controller`` counts as ``unknown``.
 """
 
 from __future__ import annotations
@@ -106,9 +108,19 @@ def launch_type(sandbox: Obj) -> str:
     return LAUNCH_TYPE_COLD
 
 
+#: The ``created_by`` metric label values besides ``""`` (no label) and :data:`CREATED_BY_OTHER`.
+CREATED_BY_KNOWN: Final = frozenset({"go-client", "python-client", "controller"})
+CREATED_BY_OTHER: Final = "unknown"
+
+
 def created_by(obj: Obj) -> str:
-    """The ``agents.x-k8s.io/created-by`` label of a Sandbox or claim, ``""`` when absent."""
-    return str((_meta(obj).get("labels") or {}).get(keys.LABEL_CREATED_BY) or "")
+    """The ``agents.x-k8s.io/created-by`` label of a Sandbox or claim as a metric label value:
+    ``""`` when absent, the value when it is one of :data:`CREATED_BY_KNOWN`, else ``unknown``
+    (a user-chosen value must not add a series)."""
+    value = str((_meta(obj).get("labels") or {}).get(keys.LABEL_CREATED_BY) or "")
+    if not value or value in CREATED_BY_KNOWN:
+        return value
+    return CREATED_BY_OTHER
 
 
 def template_annotation(sandbox: Obj) -> str | None:

@@ -42,11 +42,16 @@ class TemplateReconciler:
     with its ref hash."""
 
     def __init__(
-        self, writer: TemplateWriter, templates: Informer, network_policies: Informer
+        self,
+        writer: TemplateWriter,
+        templates: Informer,
+        network_policies: Informer,
+        egress_except: tuple[str, ...] = (),
     ) -> None:
         self.writer = writer
         self.templates = templates
         self.network_policies = network_policies
+        self.egress_except = egress_except
         network_policies.add_handler(writer.seen, writer.seen_update, writer.seen_delete)
 
     # ---------------------------------------------------------------- observe
@@ -55,7 +60,7 @@ class TemplateReconciler:
         ns, name = meta["namespace"], network_policy_name(meta["name"])
         np = self.writer.network_policy(ns, name, self.network_policies.get(name, ns))
         self.writer.template_seen(template)
-        return Snapshot(template=template, network_policy=np)
+        return Snapshot(template=template, network_policy=np, egress_except=self.egress_except)
 
     # ---------------------------------------------------------------- reconcile
     async def reconcile(self, req: Request) -> Result | None:
@@ -76,12 +81,16 @@ class TemplateReconciler:
         return None
 
 
-def setup(mgr: Manager, workers: int = 1) -> Controller:
-    """Register the SandboxTemplate controller with a manager."""
+def setup(mgr: Manager, workers: int = 1, egress_except: tuple[str, ...] = ()) -> Controller:
+    """Register the SandboxTemplate controller with a manager. ``egress_except``: extra
+    except-CIDRs of the default policy's egress (``--network-policy-egress-except``)."""
     templates = mgr.get_informer(SANDBOX_TEMPLATES)
     network_policies = mgr.get_informer(NETWORKPOLICIES)
     reconciler = TemplateReconciler(
-        TemplateWriter(mgr.client, mgr.event_recorder(EVENT_SOURCE)), templates, network_policies
+        TemplateWriter(mgr.client, mgr.event_recorder(EVENT_SOURCE)),
+        templates,
+        network_policies,
+        egress_except,
     )
     return (
         ControllerBuilder(mgr)

@@ -42,8 +42,20 @@ REASON_NETWORK_POLICY_CONFLICT: Final = "NetworkPolicyConflict"
 #: Warning on the template: the apiserver refused its NetworkPolicy (invalid, forbidden).
 REASON_NETWORK_POLICY_FAILED: Final = "NetworkPolicyFailed"
 
-DEFAULT_IPV4_EXCEPT: Final = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16")
-DEFAULT_IPV6_EXCEPT: Final = ("fc00::/7", "fe80::/10")  # fe80::/10: upstream #827
+#: RFC 1918, link-local (metadata servers), then our additions to upstream's list: the CGNAT
+#: range 100.64.0.0/10 (pod ranges on some clouds, a cloud metadata server) and the reserved
+#: 240.0.0.0/4 (used as pod and service ranges).
+DEFAULT_IPV4_EXCEPT: Final = (
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "169.254.0.0/16",
+    "100.64.0.0/10",
+    "240.0.0.0/4",
+)
+#: ULA, link-local (upstream #827), and our addition: the NAT64 prefix 64:ff9b::/96, which
+#: reaches internal IPv4 addresses where DNS64/NAT64 is used.
+DEFAULT_IPV6_EXCEPT: Final = ("fc00::/7", "fe80::/10", "64:ff9b::/96")
 
 INGRESS: Final = "Ingress"
 EGRESS: Final = "Egress"
@@ -67,6 +79,8 @@ class Snapshot:
 
     template: Obj
     network_policy: Obj | None
+    #: extra except-CIDRs of the default policy's egress (``--network-policy-egress-except``)
+    egress_except: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,11 +120,16 @@ def is_managed(template: Obj) -> bool:
     return bool(management != NETWORK_POLICY_UNMANAGED)
 
 
-def default_network_policy_spec(template_name: str) -> dict[str, Any]:
+def default_network_policy_spec(
+    template_name: str, extra_except: Sequence[str] = ()
+) -> dict[str, Any]:
     """Secure by default: ingress only from the sandbox router in the same namespace; egress to
     the public internet only (no cluster networks, link-local or metadata addresses, hence no
     cluster DNS: the pods get public resolvers, docs/design/template.md, "Secure defaults for
-    sandbox pods")."""
+    sandbox pods"). ``extra_except``: more CIDRs to except, each put in the block of its family
+    (an IPv6 CIDR has a colon)."""
+    v4 = [*DEFAULT_IPV4_EXCEPT, *(c for c in extra_except if ":" not in c)]
+    v6 = [*DEFAULT_IPV6_EXCEPT, *(c for c in extra_except if ":" in c)]
     return {
         "podSelector": pod_selector(template_name),
         "policyTypes": [INGRESS, EGRESS],
@@ -120,21 +139,21 @@ def default_network_policy_spec(template_name: str) -> dict[str, Any]:
         "egress": [
             {
                 "to": [
-                    {"ipBlock": {"cidr": "0.0.0.0/0", "except": list(DEFAULT_IPV4_EXCEPT)}},
-                    {"ipBlock": {"cidr": "::/0", "except": list(DEFAULT_IPV6_EXCEPT)}},
+                    {"ipBlock": {"cidr": "0.0.0.0/0", "except": list(dict.fromkeys(v4))}},
+                    {"ipBlock": {"cidr": "::/0", "except": list(dict.fromkeys(v6))}},
                 ]
             }
         ],
     }
 
 
-def desired_network_policy_spec(template: Obj) -> dict[str, Any]:
-    """The default spec without ``spec.networkPolicy``, else the template's rules (an empty or
-    absent list denies all traffic in that direction)."""
+def desired_network_policy_spec(template: Obj, extra_except: Sequence[str] = ()) -> dict[str, Any]:
+    """The default spec without ``spec.networkPolicy`` (with ``extra_except``), else the
+    template's rules (an empty or absent list denies all traffic in that direction)."""
     name = template["metadata"]["name"]
     custom = (template.get("spec") or {}).get("networkPolicy")
     if custom is None:
-        return default_network_policy_spec(name)
+        return default_network_policy_spec(name, extra_except)
     return {
         "podSelector": pod_selector(name),
         "policyTypes": [INGRESS, EGRESS],
@@ -143,7 +162,7 @@ def desired_network_policy_spec(template: Obj) -> dict[str, Any]:
     }
 
 
-def build_network_policy(template: Obj) -> dict[str, Any]:
+def build_network_policy(template: Obj, extra_except: Sequence[str] = ()) -> dict[str, Any]:
     """The NetworkPolicy a create posts: controlled by the template (blockOwnerDeletion)."""
     meta = template["metadata"]
     return {
@@ -154,7 +173,7 @@ def build_network_policy(template: Obj) -> dict[str, Any]:
             "namespace": meta["namespace"],
             "ownerReferences": [controller_reference(template, SANDBOX_TEMPLATE)],
         },
-        "spec": desired_network_policy_spec(template),
+        "spec": desired_network_policy_spec(template, extra_except),
     }
 
 
@@ -275,7 +294,8 @@ def plan(snap: Snapshot) -> Plan:
     if np is None:
         if not managed:
             return Plan(Action.NONE, template_label_patch=label)
-        return Plan(Action.CREATE, build_network_policy(template), template_label_patch=label)
+        body = build_network_policy(template, snap.egress_except)
+        return Plan(Action.CREATE, body, template_label_patch=label)
     ours = controlled_by(np, template)
     if np["metadata"].get("deletionTimestamp"):
         return Plan(Action.WAIT, existing=np, template_label_patch=label)
@@ -288,7 +308,7 @@ def plan(snap: Snapshot) -> Plan:
         )
     if not managed:
         return Plan(Action.DELETE, existing=np, template_label_patch=label)
-    desired = desired_network_policy_spec(template)
+    desired = desired_network_policy_spec(template, snap.egress_except)
     if network_policy_specs_equal(np.get("spec"), desired):
         return Plan(Action.NONE, existing=np, template_label_patch=label)
     body = copy.deepcopy(dict(np))

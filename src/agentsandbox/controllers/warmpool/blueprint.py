@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentsandbox.api import keys
-from agentsandbox.api.defaults import apply_sandbox_secure_defaults
+from agentsandbox.api.defaults import apply_sandbox_secure_defaults, service_links_defaulted
 from agentsandbox.api.equality import pod_spec_equal, typed_equal
 from agentsandbox.api.gojson import GoJSONError
 from agentsandbox.api.hashing import name_hash, sandbox_blueprint_hash
@@ -32,9 +32,15 @@ def template_pod_spec(template: Obj) -> dict[str, Any]:
 
 def pod_specs_match(template: Obj, actual: Obj | None) -> bool:
     """Upstream's comparePodSpecs: template spec + secure defaults, semantically equal
-    (docs/design/warmpool.md, "Comparing pod specs")."""
-    expected = apply_sandbox_secure_defaults(template, template_pod_spec(template))
-    return pod_spec_equal(expected, dict(actual or {}))
+    (docs/design/warmpool.md, "Comparing pod specs"). The ``enableServiceLinks: false``
+    default counts as met by a sandbox without the field (one made before that default):
+    adding a default recreates no warm pool."""
+    tpl_spec = template_pod_spec(template)
+    expected = apply_sandbox_secure_defaults(template, tpl_spec)
+    got = dict(actual or {})
+    if service_links_defaulted(tpl_spec, got):
+        expected.pop("enableServiceLinks", None)
+    return pod_spec_equal(expected, got)
 
 
 def volume_claim_templates_match(template: Obj, actual: Sequence[Obj] | None) -> bool:

@@ -815,8 +815,8 @@ async def test_a_claim_controlling_two_sandboxes_keeps_the_one_its_status_names(
 @pytest.mark.parametrize(
     "extra",
     [
-        {"labels": {"team": "x" * 64}},
-        {"labels": {"team": "invalid@value"}},
+        {"labels": {"sandbox.users.io/team": "x" * 64}},
+        {"labels": {"sandbox.users.io/team": "invalid@value"}},
         {"labels": {"kubernetes.io/restricted": "x"}},
         {"annotations": {"agents.x-k8s.io/anything": "x"}},
     ],
@@ -837,12 +837,12 @@ async def test_additional_pod_metadata_forces_a_cold_start_and_reaches_the_pod_t
     pod cannot serve; a ColdStartForced event names the field."""
     h = Harness()
     setup_pool(h)
-    extra = {"labels": {"team": "a"}, "annotations": {"note": "b"}}
+    extra = {"labels": {"sandbox.users.io/team": "a"}, "annotations": {"note": "b"}}
     h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(additionalPodMetadata=extra))
     await h.reconcile()
     assert h.claim()["status"]["sandbox"]["name"] == "claim"
     meta = h.sandbox("claim")["spec"]["podTemplate"]["metadata"]
-    assert meta["labels"]["team"] == "a" and meta["annotations"] == {"note": "b"}
+    assert meta["labels"]["sandbox.users.io/team"] == "a" and meta["annotations"] == {"note": "b"}
     forced = [e for e in h.recorder.events if e[1] == "ColdStartForced"]
     assert len(forced) == 1 and "spec.additionalPodMetadata" in forced[0][2]
     assert h.ready()["reason"] == "SandboxNotReady", "never a terminal reason"
@@ -850,11 +850,16 @@ async def test_additional_pod_metadata_forces_a_cold_start_and_reaches_the_pod_t
 
 async def test_additional_label_conflicting_with_the_template_is_invalid_metadata() -> None:
     h = Harness()
+    t = template()
+    t["spec"]["podTemplate"]["metadata"]["labels"]["example.com/app"] = "agent"
+    h.add(SANDBOX_TEMPLATES.plural, t)
     setup_pool(h)
-    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(additionalPodMetadata={"labels": {"app": "other"}}))
+    extra = {"labels": {"example.com/app": "other"}}
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(additionalPodMetadata=extra))
     await h.reconcile()
     ready = h.ready()
-    assert ready["reason"] == "InvalidMetadata" and 'label "app"' in ready["message"]
+    assert ready["reason"] == "InvalidMetadata"
+    assert 'metadata override conflict: label "example.com/app"' in ready["message"]
 
 
 # ------------------------------------------------------------------------------------ queue

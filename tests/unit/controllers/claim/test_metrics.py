@@ -102,6 +102,15 @@ def unique() -> str:
     return f"tmpl-{uuid.uuid4().hex[:8]}"
 
 
+def first_ready(c: dict[str, Any], sb: dict[str, Any] | None, now: float) -> None:
+    """``observe_first_ready`` with the Sandbox annotated with the claim's template, as the
+    controllers annotate every Sandbox they make (the histograms take the template from it)."""
+    template = (c.get("spec") or {}).get("sandboxTemplateRef", {}).get("name")
+    if sb is not None and template:
+        sb["metadata"]["annotations"].setdefault(keys.ANNOTATION_SANDBOX_TEMPLATE_REF, template)
+    cm.observe_first_ready(c, sb, now)
+
+
 # --- upstream TestRecordCreationLatencyMetric ----------------------------------------------------
 WEBHOOK = keys.ANNOTATION_WEBHOOK_FIRST_OBSERVED_AT
 OBSERVED = keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT
@@ -143,11 +152,12 @@ def test_record_creation_latency_metric(
     startup: int,
     controller: int,
 ) -> None:
-    template = unique()
+    spec_template = unique()
     sb = sandbox("cold") if with_sandbox else None
     launch = "cold" if with_sandbox else "unknown"
+    template = spec_template if with_sandbox else "__unknown__"  # no sandbox: upstream's label
     before = (count(STARTUP, launch, template), count(CONTROLLER, launch, template))
-    cm.observe_first_ready(claim(template, annotations, ready_status), sb, NOW_S)
+    first_ready(claim(spec_template, annotations, ready_status), sb, NOW_S)
     after = (count(STARTUP, launch, template), count(CONTROLLER, launch, template))
     assert (after[0] - before[0], after[1] - before[1]) == (startup, controller), case
 
@@ -155,7 +165,7 @@ def test_record_creation_latency_metric(
 def test_latencies_are_whole_milliseconds_in_upstreams_buckets() -> None:
     template = unique()
     annotations = {WEBHOOK: ago(1.2345678), OBSERVED: ago(0.75)}
-    cm.observe_first_ready(claim(template, annotations), sandbox("warm"), NOW_S)
+    first_ready(claim(template, annotations), sandbox("warm"), NOW_S)
     assert total(STARTUP, "warm", template) == 1234.0  # truncated, not rounded
     assert total(CONTROLLER, "warm", template) == 750.0
     labels = {"launch_type": "warm", "sandbox_template": template}
@@ -213,7 +223,7 @@ def test_client_latency_parses_the_python_clients_isoformat(
 ) -> None:
     template = unique()
     annotations = {keys.ANNOTATION_CLIENT_FIRST_REQUESTED_AT: written}
-    cm.observe_first_ready(claim(template, annotations), sandbox("cold"), NOW_S)
+    first_ready(claim(template, annotations), sandbox("cold"), NOW_S)
     assert count(CLIENT, "cold", template) == 1
     assert total(CLIENT, "cold", template) == expected_ms
 
@@ -222,7 +232,7 @@ def test_client_latency_parses_the_python_clients_isoformat(
 def test_client_latency_skips_unparsable_and_future_times(written: str) -> None:
     template = unique()
     annotations = {keys.ANNOTATION_CLIENT_FIRST_REQUESTED_AT: written, OBSERVED: ago(1)}
-    cm.observe_first_ready(claim(template, annotations), sandbox("cold"), NOW_S)
+    first_ready(claim(template, annotations), sandbox("cold"), NOW_S)
     assert count(CLIENT, "cold", template) == 0
     assert count(CONTROLLER, "cold", template) == 1  # the others still recorded
 
@@ -231,7 +241,7 @@ def test_client_latency_skips_unparsable_and_future_times(written: str) -> None:
 def test_creation_latency_is_sandbox_ready_transition_minus_creation() -> None:
     template = unique()
     sb = sandbox("warm", created=ago(60), ready_ltt=ago(57), namespace="team-a")
-    cm.observe_first_ready(claim(template), sb, NOW_S)
+    first_ready(claim(template), sb, NOW_S)
     assert count(CREATION, "warm", template, "team-a") == 1
     assert total(CREATION, "warm", template, "team-a") == 3000.0
 
@@ -247,7 +257,7 @@ def test_creation_latency_is_sandbox_ready_transition_minus_creation() -> None:
 )
 def test_creation_latency_skipped_without_both_times(sb: dict[str, Any] | None) -> None:
     template = unique()
-    cm.observe_first_ready(claim(template), sb, NOW_S)
+    first_ready(claim(template), sb, NOW_S)
     for launch in ("cold", "unknown"):
         assert count(CREATION, launch, template, "default") == 0
 
@@ -257,7 +267,7 @@ def test_first_ready_annotations_then_restart_never_double_counts() -> None:
     template = unique()
     c = claim(template, {OBSERVED: ago(2)})
     sb = sandbox("cold", created=ago(3), ready_ltt=ago(1))
-    cm.observe_first_ready(c, sb, NOW_S)
+    first_ready(c, sb, NOW_S)
     guard = cm.first_ready_annotations(c, NOW_S)
     assert guard == {
         keys.ANNOTATION_CREATION_LATENCY_RECORDED: "true",
@@ -265,7 +275,7 @@ def test_first_ready_annotations_then_restart_never_double_counts() -> None:
     }
     c["metadata"]["annotations"].update(guard)
     # A readiness flap, or a new process seeing the claim Ready again: nothing more.
-    cm.observe_first_ready(c, sb, NOW_S + 60)
+    first_ready(c, sb, NOW_S + 60)
     assert count(CONTROLLER, "cold", template) == 1
     assert count(CREATION, "cold", template, "default") == 1
     assert cm.first_ready_annotations(c, NOW_S + 60) == {}
@@ -282,7 +292,7 @@ def test_either_guard_annotation_skips_every_histogram(guard: dict[str, str]) ->
     template = unique()
     annotations = {OBSERVED: ago(2), WEBHOOK: ago(2), **guard}
     sb = sandbox("cold", created=ago(3), ready_ltt=ago(1))
-    cm.observe_first_ready(claim(template, annotations), sb, NOW_S)
+    first_ready(claim(template, annotations), sb, NOW_S)
     assert count(CONTROLLER, "cold", template) == 0
     assert count(STARTUP, "cold", template) == 0
     assert count(CREATION, "cold", template, "default") == 0
@@ -315,17 +325,17 @@ def test_controller_first_observed_is_added_once() -> None:
 @pytest.mark.parametrize(
     ("c", "sb", "template", "launch"),
     [
-        # 0.4.x claims name the template
-        (claim("named"), sandbox("cold", template_annotation="other"), "named", "cold"),
+        # the sandbox's annotation, written by the controller, not the claim's mutable spec
+        (claim("named"), sandbox("cold", template_annotation="other"), "other", "cold"),
         # 1.0.x warmPoolRef claims: the sandbox's template annotation (#899)
         (claim(None, pool="p"), sandbox("warm", template_annotation="from-sb"), "from-sb", "warm"),
         (claim(None, pool="p"), sandbox("warm"), "__unknown__", "warm"),
         (claim(None, pool="p"), None, "__unknown__", "unknown"),
         # the launch-type label wins over the pod-name annotation
-        (claim("t"), sandbox("cold", pod_name="sb"), "t", "cold"),
+        (claim("t"), sandbox("cold", pod_name="sb"), "__unknown__", "cold"),
         # unlabelled: upstream's pod-name rule
-        (claim("t"), sandbox(None, pod_name="sb"), "t", "warm"),
-        (claim("t"), sandbox(None), "t", "cold"),
+        (claim("t"), sandbox(None, pod_name="sb"), "__unknown__", "warm"),
+        (claim("t"), sandbox(None), "__unknown__", "cold"),
     ],
 )
 def test_label_values(
@@ -384,3 +394,40 @@ def test_claim_creation_counts_the_claims_created_by_label() -> None:
     assert creation_total(ns, "t", "warm", "p", "ready", "python-client") == 1
     assert creation_total(ns, "t", "warm", "p", "ready") == 0
     assert cm.claim_created_by({"metadata": {}}) == ""
+
+
+# --- bounded label values (security review #5) ------------------------------------------------
+def test_created_by_and_template_labels_come_from_bounded_sets() -> None:
+    """Security review #5: metric label values chosen by users must come from bounded sets.
+
+    1000 claims with distinct ``agents.x-k8s.io/created-by`` values add at most one series per
+    known value (``go-client``, ``python-client``, ``controller``, ``unknown``, or ``""`` when
+    the claim has none), as upstream v1.0.1's ``NormalizeCreatedBy`` does; the Sandbox gauge's
+    ``created_by`` is bounded the same way. The first-Ready histograms take the template from
+    the controller-written annotation of the claim's Sandbox, not from the claim's mutable spec.
+    """
+    from agentsandbox.controllers.sandbox.metrics import created_by as sandbox_created_by
+
+    ns = f"ns-{uuid.uuid4().hex[:8]}"
+    for i in range(1000):
+        c = {"metadata": {"labels": {keys.LABEL_CREATED_BY: f"random-{i}"}}}
+        cm.count_claim_creation(ns, "t", "cold", "", False, created_by=cm.claim_created_by(c))
+    for known in ("go-client", "python-client", "controller"):
+        c = {"metadata": {"labels": {keys.LABEL_CREATED_BY: known}}}
+        assert cm.claim_created_by(c) == known
+        cm.count_claim_creation(ns, "t", "cold", "", False, created_by=cm.claim_created_by(c))
+    cm.count_claim_creation(ns, "t", "cold", "", False, created_by=cm.claim_created_by({}))
+    values = {
+        sample.labels["created_by"]
+        for family in REGISTRY.collect()
+        if family.name == "agent_sandbox_claim_creation"
+        for sample in family.samples
+        if sample.labels.get("namespace") == ns
+    }
+    assert values <= {"", "unknown", "go-client", "python-client", "controller"}, values
+    assert creation_total(ns, "t", "cold", "none", "not_ready", "unknown") == 1000
+    sb_labels = {"metadata": {"labels": {keys.LABEL_CREATED_BY: "x" * 63}}}
+    assert sandbox_created_by(sb_labels) == "unknown"
+    # the claim's spec was changed to another name after its sandbox was made from template t
+    mutated = claim(f"random-{uuid.uuid4().hex}")
+    assert cm.claim_template(mutated, sandbox("cold", template_annotation="t")) == "t"

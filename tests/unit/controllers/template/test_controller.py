@@ -129,16 +129,20 @@ def test_default_network_policy_is_created_secure_by_default() -> None:
 
 def test_default_egress_also_excepts_ipv6_link_local() -> None:
     """Upstream #827 (1f1b3bc3): the IPv6 egress block excepts fe80::/10 besides fc00::/7; the
-    IPv4 block excepts the private ranges and link-local (metadata) addresses."""
+    IPv4 block excepts the private ranges and link-local (metadata) addresses. Then our own
+    additions (CGNAT, reserved, NAT64: tests/unit/controllers/template/test_egress_defaults.py)."""
     to = default_network_policy_spec("t")["egress"][0]["to"]
     assert to == [
         {
             "ipBlock": {
                 "cidr": "0.0.0.0/0",
-                "except": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"],
+                "except": [
+                    *("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"),
+                    *("100.64.0.0/10", "240.0.0.0/4"),
+                ],
             }
         },
-        {"ipBlock": {"cidr": "::/0", "except": ["fc00::/7", "fe80::/10"]}},
+        {"ipBlock": {"cidr": "::/0", "except": ["fc00::/7", "fe80::/10", "64:ff9b::/96"]}},
     ]
 
 
