@@ -8,21 +8,28 @@ namespace gets, nor stop the controllers for everyone.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from agentsandbox.api import keys
-from agentsandbox.api.kinds import SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE
-from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOXES
+from agentsandbox.api.kinds import SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
+from agentsandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
 from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound
-from agentsandbox.kube.resources import NAMESPACES
+from agentsandbox.kube.informer import Informer
+from agentsandbox.kube.resources import CONFIGMAPS, NAMESPACES
 from tests.polling import eventually, stays
 
-from .invariants import controller_process, ready_reason, wait_claims_ready
+from .invariants import controller_process, ready_reason, wait_claims_ready, wait_ready_pool
 
 IMAGE = "example/python:1"
 NESTING = 3000
@@ -114,3 +121,184 @@ async def test_a_nested_migration_annotation_stops_no_controller(
             )
             await wait_claims_ready(client, alice, {"c"}, within=30)
             assert second.poll() is None, "the controller exited"
+
+
+# ----------------------------------------------------------------------- forged owners
+CLAIMS = ("x0", "x1", "x2", "x3")
+FORGE_SECONDS = 5.0  # per controller process: 10 s in all
+CADENCE = 0.2
+
+
+def owner(obj: dict[str, Any], *, controller: bool) -> dict[str, Any]:
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": controller,
+    }
+
+
+def controller_uid(obj: dict[str, Any]) -> str | None:
+    refs = obj["metadata"].get("ownerReferences") or []
+    return next((r.get("uid") for r in refs if r.get("controller")), None)
+
+
+async def test_forged_owners_in_another_namespace_change_nothing(
+    cluster: DevCluster, tmp_path: Path
+) -> None:
+    """security review #1: a user in namespace B re-applies, every 200 ms for 10 s, Sandboxes
+    whose controller reference names a claim of namespace A by its UID (with a second, valid
+    owner in B, a ConfigMap, so the garbage collector strips the forged reference but keeps the
+    sandbox), and one naming A's warm pool; A's claims are touched every round and the
+    controller restarts once. Every version of each claim seen keeps its sandbox (name and UID)
+    and its pod IPs; no sandbox of A is created or deleted; the pool's status and members stay.
+
+    Four claims, because before the fix which of the two "owned" sandboxes a claim kept was the
+    order of a set of keys (the string hash seed of the process): four claims in two processes
+    make the attack land with probability 1 - 2^-8. Runs ~40 s: the claims and the pool made
+    Ready (~10 s), 10 s of forging, two controller start-ups and a quiet period after."""
+    log = tmp_path / "controller.log"
+    async with (
+        Client.from_kubeconfig(str(cluster.kubeconfig), qps=0) as client,
+        namespaces(client, 2) as (alice, mallory),
+    ):
+        await client.create(SANDBOX_TEMPLATES, template_body(), alice)
+        pool = await client.create(
+            SANDBOX_WARM_POOLS,
+            {
+                "apiVersion": SANDBOX_WARM_POOL.api_version,
+                "kind": "SandboxWarmPool",
+                "metadata": {"name": "pool"},
+                "spec": {"replicas": 1, "sandboxTemplateRef": {"name": "tpl"}},
+            },
+            alice,
+        )
+        anchor = await client.create(CONFIGMAPS, {"metadata": {"name": "anchor"}}, mallory)
+        anchor = {**anchor, "apiVersion": "v1", "kind": "ConfigMap"}
+        claim_versions: list[tuple[str, Any]] = []
+        alice_events: list[tuple[str, str, str]] = []  # (event, name, uid)
+        pool_replicas: list[Any] = []
+        forged_seen: list[str] = []  # names of B sandboxes seen carrying a forged controller
+        watches = [
+            Informer(client, SANDBOX_CLAIMS, alice),
+            Informer(client, SANDBOXES, alice),
+            Informer(client, SANDBOX_WARM_POOLS, alice),
+            Informer(client, SANDBOXES, mallory),
+        ]
+        with controller_process(cluster, log) as first:
+            for name in CLAIMS:
+                await client.create(
+                    SANDBOX_CLAIMS,
+                    claim_body(name, sandboxTemplateRef={"name": "tpl"}, warmpool="none"),
+                    alice,
+                )
+            claims = {
+                c["metadata"]["name"]: c
+                for c in await wait_claims_ready(client, alice, set(CLAIMS), within=60)
+            }
+            members = await wait_ready_pool(client, alice, "pool", 1)
+            baseline = {n: c["status"]["sandbox"] for n, c in claims.items()}
+            assert all(sb.get("podIPs") for sb in baseline.values()), baseline
+            own = {n: (await client.get(SANDBOXES, n, alice))["metadata"]["uid"] for n in CLAIMS}
+            member_uids = {m["metadata"]["uid"] for m in members}
+            forged = {
+                name: sandbox_body(
+                    name, [owner(claims[name], controller=True), owner(anchor, controller=False)]
+                )
+                for name in CLAIMS
+            }
+            forged["pool"] = sandbox_body(
+                "pool", [owner(pool, controller=True), owner(anchor, controller=False)]
+            )
+            forged_uids = {c["metadata"]["uid"] for c in claims.values()} | {
+                pool["metadata"]["uid"]
+            }
+
+            watches[0].add_handler(
+                lambda c: claim_versions.append((c["metadata"]["name"], c["status"]["sandbox"])),
+                lambda _, c: claim_versions.append((c["metadata"]["name"], c["status"]["sandbox"])),
+            )
+            watches[1].add_handler(
+                None,
+                None,
+                lambda sb: alice_events.append(
+                    ("DELETED", sb["metadata"]["name"], sb["metadata"]["uid"])
+                ),
+            )
+            watches[2].add_handler(
+                None, lambda _, p: pool_replicas.append((p.get("status") or {}).get("replicas"))
+            )
+
+            def on_forged(*objs: dict[str, Any]) -> None:
+                if controller_uid(objs[-1]) in forged_uids:
+                    forged_seen.append(objs[-1]["metadata"]["name"])
+
+            watches[3].add_handler(on_forged, on_forged)
+            for w in watches:
+                w.start()
+            for w in watches:
+                await w.wait_synced()
+            known = {sb["metadata"]["uid"] for sb in watches[1].list()}
+            watches[1].add_handler(
+                lambda sb: (
+                    None
+                    if sb["metadata"]["uid"] in known
+                    else alice_events.append(
+                        ("ADDED", sb["metadata"]["name"], sb["metadata"]["uid"])
+                    )
+                )
+            )
+            rounds = itertools.count()
+
+            async def forge() -> bool:
+                """One round of the attack: the forged owners back, every claim touched."""
+                i = next(rounds)
+                for name, body in forged.items():
+                    try:
+                        current = await client.get(SANDBOXES, name, mallory)
+                    except NotFound:
+                        await client.create(SANDBOXES, body, mallory)
+                        continue
+                    if controller_uid(current) not in forged_uids:
+                        refs = body["metadata"]["ownerReferences"]
+                        await client.patch(
+                            SANDBOXES, name, {"metadata": {"ownerReferences": refs}}, mallory
+                        )
+                for name in CLAIMS:
+                    touch = {"metadata": {"annotations": {"example.com/touched": str(i)}}}
+                    await client.patch(SANDBOX_CLAIMS, name, touch, alice)
+                return True
+
+            await stays(forge, for_=FORGE_SECONDS, interval=CADENCE, what="forging")
+            assert first.poll() is None, "the first controller exited"
+        try:
+            with controller_process(cluster, log) as second:
+                await stays(forge, for_=FORGE_SECONDS, interval=CADENCE, what="forging")
+                await stays(  # a quiet period: the restarted controller has passed over all
+                    lambda: second.poll() is None, for_=3.0, what="the controller running"
+                )
+            for name in CLAIMS:
+                now = await client.get(SANDBOXES, name, alice)
+                assert now["metadata"]["uid"] == own[name], f"{name}: its sandbox was replaced"
+            pool_now = await client.get(SANDBOX_WARM_POOLS, "pool", alice)
+        finally:
+            for w in watches:
+                await w.stop()
+        print(
+            f"\n{next(rounds)} forging rounds, {len(forged_seen)} forged versions seen, "
+            f"{len(claim_versions)} claim versions, {len(pool_replicas)} pool versions"
+        )
+        assert set(forged_seen) >= {*CLAIMS, "pool"}, f"the attack never landed: {forged_seen}"
+        wrong = [(n, sb) for n, sb in claim_versions if sb != baseline[n]]
+        assert wrong == [], f"claim status changed: {wrong[:3]}"
+        assert len(claim_versions) >= len(CLAIMS) * 10  # the touches were seen
+        assert alice_events == [], f"sandboxes of A created or deleted: {alice_events}"
+        assert set(pool_replicas) <= {1}, pool_replicas
+        assert pool_now["status"]["replicas"] == 1
+        still = {
+            sb["metadata"]["uid"]
+            for sb in (await client.list(SANDBOXES, alice)).items
+            if controller_uid(sb) == pool["metadata"]["uid"]
+        }
+        assert still == member_uids, (still, member_uids)
