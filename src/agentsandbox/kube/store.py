@@ -29,6 +29,7 @@ __all__ = [
     "index_by_controller_uid",
     "index_by_label",
     "index_by_namespace",
+    "index_by_namespaced_controller_uid",
     "index_by_owner_uid",
     "object_key",
 ]
@@ -69,6 +70,17 @@ def index_by_controller_uid(obj: KubeObject) -> list[str]:
         if ref.get("controller") and ref.get("uid"):
             return [str(ref["uid"])]
     return []
+
+
+def index_by_namespaced_controller_uid(obj: KubeObject) -> list[str]:
+    """``<namespace>/<UID>`` of the owner reference marked ``controller: true``, if any.
+
+    Owner references never cross namespaces, but anyone who may write an object in one namespace
+    can name a UID from another in its references: a lookup of "what does this owner control"
+    must ask for the owner's namespace and UID together, never for the UID alone.
+    """
+    namespace = (obj.get("metadata") or {}).get("namespace") or ""
+    return [f"{namespace}/{uid}" for uid in index_by_controller_uid(obj)]
 
 
 def index_by_owner_uid(obj: KubeObject) -> list[str]:
