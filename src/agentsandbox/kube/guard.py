@@ -40,7 +40,9 @@ class RateLimitedLog:
         self._max_keys = max_keys
         self._last: OrderedDict[str, float] = OrderedDict()
 
-    def warning(self, key: str, msg: str, *args: object) -> bool:
+    def warning(
+        self, key: str, msg: str, *args: object, exc_info: BaseException | None = None
+    ) -> bool:
         """Log ``msg % args`` unless ``key`` was logged less than a period ago; True if logged."""
         now = self._clock()
         last = self._last.get(key)
@@ -50,7 +52,7 @@ class RateLimitedLog:
         self._last.move_to_end(key)
         while len(self._last) > self._max_keys:
             self._last.popitem(last=False)
-        self._log.warning(msg, *args)
+        self._log.warning(msg, *args, exc_info=exc_info)
         return True
 
 
@@ -97,4 +99,5 @@ class ObjectGuard:
             key,
             type(err).__name__,
             err,
+            exc_info=err,
         )
