@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from agentsandbox.api import keys
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
@@ -22,7 +25,7 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
-from agentsandbox.devcluster.cluster import DevCluster
+from agentsandbox.devcluster.cluster import DevCluster, free_port
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.informer import Informer
@@ -302,3 +305,68 @@ async def test_forged_owners_in_another_namespace_change_nothing(
             if controller_uid(sb) == pool["metadata"]["uid"]
         }
         assert still == member_uids, (still, member_uids)
+
+
+# ----------------------------------------------------------------------- a name held Terminating
+HOLD = "example.com/hold"
+PENDING_SECONDS = 10.0
+
+
+def conflicting_posts(port: int) -> float:
+    """POSTs the controller got 409 (AlreadyExists) for, from its own /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "rest_client_requests_total"
+        and sample.labels.get("method") == "POST"
+        and sample.labels.get("code") == "409"
+    )
+
+
+async def test_a_claim_whose_name_is_held_terminating_waits_with_backoff(
+    cluster: DevCluster, tmp_path: Path
+) -> None:
+    """security review #9: a Sandbox ``x`` held Terminating by a finalizer (any editor can do
+    this), then claim ``x``. Before the fix the claim was re-queued every 0.2 s forever (a POST
+    answered 409, then a GET, five times a second: ~50 POSTs in 10 s); now with the work
+    queue's exponential backoff: at most 20 in 10 s. Once the finalizer is removed the claim is
+    served within 10 s (the Sandbox's deletion event re-queues it, whatever the backoff). Runs
+    ~25 s: the 10 s window measured, the controller start and the claim served after."""
+    port = free_port()
+    async with (
+        Client.from_kubeconfig(str(cluster.kubeconfig), qps=0) as client,
+        namespaces(client, 1) as (ns,),
+    ):
+        await client.create(SANDBOX_TEMPLATES, template_body(), ns)
+        held = sandbox_body("x")
+        held["metadata"]["finalizers"] = [HOLD]
+        await client.create(SANDBOXES, held, ns)
+        await client.delete(SANDBOXES, "x", ns)
+        with controller_process(cluster, tmp_path / "controller.log", port) as proc:
+            await eventually(
+                lambda: conflicting_posts(port) >= 0,
+                within=30,
+                what="the controller serving /metrics",
+                ignoring=OSError,
+            )
+            await client.create(
+                SANDBOX_CLAIMS, claim_body("x", sandboxTemplateRef={"name": "tpl"}), ns
+            )
+            first = await eventually(
+                lambda: conflicting_posts(port),
+                within=30,
+                what="the first create refused (AlreadyExists)",
+            )
+            await stays(
+                lambda: proc.poll() is None, for_=PENDING_SECONDS, what="the controller running"
+            )
+            posts = conflicting_posts(port) - first
+            claim = await client.get(SANDBOX_CLAIMS, "x", ns)
+            assert ready_reason(claim) == ("False", "SandboxCreatePending"), claim.get("status")
+            print(f"\n{posts:.0f} conflicting POSTs in {PENDING_SECONDS:.0f} s after the first")
+            assert posts <= 20, f"{posts} POSTs in {PENDING_SECONDS} s: polled, not backed off"
+            await client.patch(SANDBOXES, "x", {"metadata": {"finalizers": None}}, ns)
+            await wait_claims_ready(client, ns, {"x"}, within=10)
