@@ -165,6 +165,7 @@ async def test_forged_owners_in_another_namespace_change_nothing(
     async with (
         Client.from_kubeconfig(str(cluster.kubeconfig), qps=0) as client,
         namespaces(client, 2) as (alice, mallory),
+        contextlib.AsyncExitStack() as watching,
     ):
         await client.create(SANDBOX_TEMPLATES, template_body(), alice)
         pool = await client.create(
@@ -239,7 +240,7 @@ async def test_forged_owners_in_another_namespace_change_nothing(
 
             watches[3].add_handler(on_forged, on_forged)
             for w in watches:
-                w.start()
+                await watching.enter_async_context(w)  # started; stopped at the end
             for w in watches:
                 await w.wait_synced()
             known = {sb["metadata"]["uid"] for sb in watches[1].list()}
@@ -275,19 +276,15 @@ async def test_forged_owners_in_another_namespace_change_nothing(
 
             await stays(forge, for_=FORGE_SECONDS, interval=CADENCE, what="forging")
             assert first.poll() is None, "the first controller exited"
-        try:
-            with controller_process(cluster, log) as second:
-                await stays(forge, for_=FORGE_SECONDS, interval=CADENCE, what="forging")
-                await stays(  # a quiet period: the restarted controller has passed over all
-                    lambda: second.poll() is None, for_=3.0, what="the controller running"
-                )
-            for name in CLAIMS:
-                now = await client.get(SANDBOXES, name, alice)
-                assert now["metadata"]["uid"] == own[name], f"{name}: its sandbox was replaced"
-            pool_now = await client.get(SANDBOX_WARM_POOLS, "pool", alice)
-        finally:
-            for w in watches:
-                await w.stop()
+        with controller_process(cluster, log) as second:
+            await stays(forge, for_=FORGE_SECONDS, interval=CADENCE, what="forging")
+            await stays(  # a quiet period: the restarted controller has passed over all
+                lambda: second.poll() is None, for_=3.0, what="the controller running"
+            )
+        now = {sb["metadata"]["name"]: sb for sb in (await client.list(SANDBOXES, alice)).items}
+        replaced = [n for n in CLAIMS if n not in now or now[n]["metadata"]["uid"] != own[n]]
+        assert replaced == [], f"claim sandboxes of A deleted or replaced: {replaced}"
+        pool_now = await client.get(SANDBOX_WARM_POOLS, "pool", alice)
         print(
             f"\n{next(rounds)} forging rounds, {len(forged_seen)} forged versions seen, "
             f"{len(claim_versions)} claim versions, {len(pool_replicas)} pool versions"
@@ -301,7 +298,7 @@ async def test_forged_owners_in_another_namespace_change_nothing(
         assert pool_now["status"]["replicas"] == 1
         still = {
             sb["metadata"]["uid"]
-            for sb in (await client.list(SANDBOXES, alice)).items
+            for sb in now.values()
             if controller_uid(sb) == pool["metadata"]["uid"]
         }
         assert still == member_uids, (still, member_uids)
