@@ -158,9 +158,13 @@ async def test_forged_owners_in_another_namespace_change_nothing(
     and its pod IPs; no sandbox of A is created or deleted; the pool's status and members stay.
 
     Four claims, because before the fix which of the two "owned" sandboxes a claim kept was the
-    order of a set of keys (the string hash seed of the process): four claims in two processes
-    make the attack land with probability 1 - 2^-8. Runs ~40 s: the claims and the pool made
-    Ready (~10 s), 10 s of forging, two controller start-ups and a quiet period after."""
+    order of a set of keys. Caveat: this test did NOT fail against the code before the fix in
+    the one run made there: the garbage collector strips the forged reference within
+    milliseconds, so a claim's pass saw it in the cache only twice in 35 rounds, and both times
+    the real sandbox was kept. tests/unit/controllers/claim/test_tenancy.py and
+    tests/unit/controllers/warmpool/test_tenancy.py fail before the fix deterministically.
+    Runs ~30-40 s: the claims and the pool made Ready, 10 s of forging, two controller
+    start-ups and a quiet period after."""
     log = tmp_path / "controller.log"
     async with (
         Client.from_kubeconfig(str(cluster.kubeconfig), qps=0) as client,
