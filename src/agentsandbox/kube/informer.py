@@ -9,7 +9,8 @@ UPDATE only when the resourceVersion differs). Connection failures back off expo
 jitter, capped, so a down API server is not hammered.
 
 Handlers are synchronous and cheap: they usually just put a key on a work queue. Reconcilers read
-from the informer's :class:`~agentsandbox.kube.store.Store`, never from the events.
+from the informer's :class:`~agentsandbox.kube.store.Store`, never from the events. An object a
+transform, index or handler raises for is skipped there, never fatal (:mod:`.guard`).
 
 Controllers share informers through an :class:`InformerFactory`: one informer per (resource,
 namespace, label selector, field selector), so ten controllers watching Pods cost one watch.
@@ -29,6 +30,7 @@ from typing import Any, Literal
 from . import metrics
 from .client import Client
 from .errors import ApiConnectionError, Gone, KubeError
+from .guard import ObjectGuard
 from .resources import Resource
 from .store import IndexFunc, KubeObject, Store
 from .watch import WatchEvent, WatchStream
@@ -197,6 +199,8 @@ class Informer:
         self._min_watch_timeout = max(1.0, min_watch_timeout)
         self._backoff = Backoff(backoff_base, backoff_cap)
         self._store = Store(indexers)
+        self._guard = ObjectGuard(self, self._store.key_of, log)
+        self._list_pending_since: float | None = None
         self._handlers: tuple[HandlerRegistration, ...] = ()
         self._synced = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -262,6 +266,10 @@ class Informer:
         """True once the first list is in the cache and its handlers were called."""
         return self._synced.is_set()
 
+    def list_pending_since(self) -> float | None:
+        """``time.monotonic()`` of the first try of a list (or relist) not yet succeeded."""
+        return self._list_pending_since
+
     async def wait_synced(self) -> None:
         """Wait for the first list (bound it with ``asyncio.timeout``); ``InformerStopped`` if
         the informer stops first."""
@@ -301,10 +309,7 @@ class Informer:
         self._handlers = tuple(h for h in self._handlers if h is not registration)
 
     def _call(self, fn: Callable[..., None], *args: KubeObject) -> None:
-        try:
-            fn(*args)
-        except Exception:
-            log.exception("%r: event handler %r failed", self, fn)
+        self._guard.call("event handler", fn, *args)
 
     def _notify_add(self, obj: KubeObject) -> None:
         for handler in self._handlers:
@@ -404,6 +409,8 @@ class Informer:
             await asyncio.sleep(delay)
 
     async def _list(self) -> None:
+        if self._list_pending_since is None:
+            self._list_pending_since = time.monotonic()
         self._m_lists.inc()
         result = await self._client.list(
             self.resource,
@@ -412,7 +419,10 @@ class Informer:
             field_selector=self.field_selector,
             limit=self._page_size,
         )
-        items = [self._prepare(obj) for obj in result.items]
+        # an object the transform refuses keeps what the cache had, if anything
+        cache = self._store.get_by_key
+        kept = (self._prepare(o) or cache(self._guard.key(o) or "") for o in result.items)
+        items = [o for o in kept if o is not None]
         changes = replace_store(self._store, items)
         self._resource_version = result.resource_version or None
         for obj in changes.deleted:
@@ -421,6 +431,7 @@ class Informer:
             self._notify_add(obj)
         for old, new in changes.updated:
             self._notify_update(old, new)
+        self._list_pending_since = None
         if not self._synced.is_set():
             log.debug("%r: synced %d objects", self, len(items))
             self._synced.set()
@@ -477,7 +488,9 @@ class Informer:
             if rv:
                 self._resource_version = rv
             return
-        obj = self._prepare(obj)
+        if (prepared := self._prepare(obj)) is None:
+            return  # the transform refused it: the event is skipped
+        obj = prepared
         if kind in ("ADDED", "MODIFIED"):
             old = self._store.add(obj)
             if old is None:
@@ -492,12 +505,12 @@ class Informer:
         if rv:
             self._resource_version = rv
 
-    def _prepare(self, obj: KubeObject) -> KubeObject:
+    def _prepare(self, obj: KubeObject) -> KubeObject | None:
         if not self._keep_managed_fields:
             obj = strip_managed_fields(obj)
-        if self._transform is not None:
-            obj = self._transform(obj)
-        return obj
+        if self._transform is None:
+            return obj
+        return self._guard.apply("transform", self._transform, obj)
 
     async def _resync_loop(self, period: float) -> None:
         while True:

@@ -3,7 +3,10 @@
 ``Manager.run()`` does what a controller-runtime manager does, in this order:
 
 1. serves ``/metrics`` and ``/healthz`` + ``/readyz`` (separate addresses, ``"0"`` disables one);
-2. starts the shared informers and waits for them to sync (``/readyz`` turns OK then);
+2. starts the shared informers and waits for them to sync (``/readyz`` turns OK then), for at
+   most ``cache_sync_timeout`` (controller-runtime's default, 2 minutes): then ``run`` raises
+   TimeoutError naming the informers that did not sync. ``/healthz`` fails while an informer's
+   list (or relist) has kept failing for longer than that;
 3. without leader election, starts the controllers; with it, campaigns for the Lease and starts
    them only once elected. If the Lease is lost the controllers are stopped at once and ``run``
    raises :class:`LeaderElectionLost` (the process should exit and be restarted, as upstream);
@@ -20,6 +23,7 @@ import errno
 import logging
 import signal
 import socket
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -29,6 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from . import metrics
 from .client import Client
 from .events import EventBroadcaster, EventRecorder
+from .guard import RateLimitedLog
 from .informer import Informer, InformerFactory, Transform
 from .leaderelection import LeaderElector, default_identity
 from .resources import Resource
@@ -43,6 +48,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Check = Callable[[], bool]
+
+DEFAULT_CACHE_SYNC_TIMEOUT = 120.0
+"""controller-runtime's ``CacheSyncTimeout`` default."""
 
 
 class LeaderElectionLost(RuntimeError):
@@ -102,7 +110,7 @@ class Manager:
         retry_period: float = 2.0,
         leader_election_release_on_cancel: bool = True,
         graceful_shutdown_timeout: float = 30.0,
-        cache_sync_timeout: float | None = None,
+        cache_sync_timeout: float | None = DEFAULT_CACHE_SYNC_TIMEOUT,
         informer_options: dict[str, Any] | None = None,
     ) -> None:
         self.client = client
@@ -136,7 +144,11 @@ class Manager:
         self._start_tasks: set[asyncio.Task[None]] = set()
         self._lost_task: asyncio.Task[None] | None = None
         # Named as upstream's main.go names its ping checks; /readyz also waits for the caches.
-        self._healthz: dict[str, Check] = {"healthz": lambda: True}
+        self._healthz: dict[str, Check] = {
+            "healthz": lambda: True,
+            "informers": self._informers_listing,
+        }
+        self._stuck_log = RateLimitedLog(log)
         self._readyz: dict[str, Check] = {
             "readyz": lambda: True,
             "informers-synced": self.informers.has_synced,
@@ -203,6 +215,27 @@ class Manager:
 
     def ready(self) -> bool:
         return not self._stopping and all(_safe(check) for check in self._readyz.values())
+
+    def healthy(self) -> bool:
+        """What ``/healthz`` answers (every liveness check passes)."""
+        return all(_safe(check) for check in self._healthz.values())
+
+    def _informers_listing(self) -> bool:
+        """False while an informer's list has kept failing for longer than the sync timeout."""
+        timeout = self._cache_sync_timeout
+        if timeout is None:
+            return True
+        now = time.monotonic()
+        stuck = [
+            informer
+            for informer in self.informers.informers()
+            if (since := informer.list_pending_since()) is not None and now - since >= timeout
+        ]
+        for informer in stuck:
+            self._stuck_log.warning(
+                repr(informer), "%r cannot list for over %ss: failing /healthz", informer, timeout
+            )
+        return not stuck
 
     # --- running ---------------------------------------------------------------------------
 
@@ -274,7 +307,10 @@ class Manager:
             log.info("caches synced (%d informers)", len(self.informers.informers()))
             return True
         if not done:
-            raise TimeoutError(f"caches did not sync within {self._cache_sync_timeout}s")
+            pending = [i for i in self.informers.informers() if not i.has_synced()]
+            raise TimeoutError(
+                f"caches did not sync within {self._cache_sync_timeout}s: {pending!r}"
+            )
         return False
 
     @staticmethod

@@ -7,13 +7,20 @@ kept up to date on every write.
 
 Objects are plain dicts owned by the cache and treated as immutable: the store never changes
 one, and callers must copy before they change one.
+
+An index function never stops the store: one that raises for an object (a hostile object, say a
+deeply nested annotation a user wrote) files that object under no value of that index, and the
+failure is logged once per object and period (:mod:`.guard`). The object is still cached.
 """
 
 from __future__ import annotations
 
 import builtins
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+from .guard import RateLimitedLog
 
 __all__ = [
     "IndexFunc",
@@ -22,9 +29,12 @@ __all__ = [
     "index_by_controller_uid",
     "index_by_label",
     "index_by_namespace",
+    "index_by_namespaced_controller_uid",
     "index_by_owner_uid",
     "object_key",
 ]
+
+log = logging.getLogger(__name__)
 
 KubeObject = dict[str, Any]
 IndexFunc = Callable[[KubeObject], Iterable[str]]
@@ -60,6 +70,17 @@ def index_by_controller_uid(obj: KubeObject) -> list[str]:
         if ref.get("controller") and ref.get("uid"):
             return [str(ref["uid"])]
     return []
+
+
+def index_by_namespaced_controller_uid(obj: KubeObject) -> list[str]:
+    """``<namespace>/<UID>`` of the owner reference marked ``controller: true``, if any.
+
+    Owner references never cross namespaces, but anyone who may write an object in one namespace
+    can name a UID from another in its references: a lookup of "what does this owner control"
+    must ask for the owner's namespace and UID together, never for the UID alone.
+    """
+    namespace = (obj.get("metadata") or {}).get("namespace") or ""
+    return [f"{namespace}/{uid}" for uid in index_by_controller_uid(obj)]
 
 
 def index_by_owner_uid(obj: KubeObject) -> list[str]:
@@ -98,6 +119,7 @@ class Store:
         self._items: dict[str, KubeObject] = {}
         self._indexers: dict[str, IndexFunc] = {}
         self._indices: dict[str, dict[str, set[str]]] = {}
+        self._hostile = RateLimitedLog(log)
         for name, fn in (indexers or {}).items():
             self.add_index(name, fn)
 
@@ -158,9 +180,8 @@ class Store:
         """
         items = {self._key(obj): obj for obj in objects}
         removed = [old for key, old in self._items.items() if key not in items]
-        self._items = items
-        for name in self._indices:
-            self._indices[name] = self._build_index(self._indexers[name])
+        indices = {name: self._build_index(name, fn, items) for name, fn in self._indexers.items()}
+        self._items, self._indices = items, indices  # swapped together: never half a relist
         return removed
 
     # --- indexes
@@ -169,8 +190,8 @@ class Store:
         """Register index ``name``; objects already cached are indexed at once."""
         if name in self._indexers:
             raise ValueError(f"index {name!r} already exists")
+        self._indices[name] = self._build_index(name, fn, self._items)
         self._indexers[name] = fn
-        self._indices[name] = self._build_index(fn)
 
     def by_index(self, name: str, value: str) -> builtins.list[KubeObject]:
         """Objects filed under ``value`` in index ``name``; costs the size of the result."""
@@ -193,17 +214,36 @@ class Store:
         except KeyError:
             raise KeyError(f"no index named {name!r}") from None
 
-    def _build_index(self, fn: IndexFunc) -> dict[str, set[str]]:
+    def _values(self, name: str, fn: IndexFunc, key: str, obj: KubeObject | None) -> set[str]:
+        """The values ``obj`` is filed under in index ``name``; none if ``fn`` raises for it."""
+        if obj is None:
+            return set()
+        try:
+            return set(fn(obj))
+        except Exception as err:  # RecursionError included: any object, never a stopped cache
+            self._hostile.warning(
+                f"{name}\0{key}",
+                "index %r cannot file %s (left out of that index): %s: %.200s",
+                name,
+                key,
+                type(err).__name__,
+                err,
+            )
+            return set()
+
+    def _build_index(
+        self, name: str, fn: IndexFunc, items: dict[str, KubeObject]
+    ) -> dict[str, set[str]]:
         index: dict[str, set[str]] = {}
-        for key, obj in self._items.items():
-            for value in set(fn(obj)):
+        for key, obj in items.items():
+            for value in self._values(name, fn, key, obj):
                 index.setdefault(value, set()).add(key)
         return index
 
     def _reindex(self, key: str, old: KubeObject | None, new: KubeObject | None) -> None:
         for name, fn in self._indexers.items():
-            old_values = set(fn(old)) if old is not None else set()
-            new_values = set(fn(new)) if new is not None else set()
+            old_values = self._values(name, fn, key, old)
+            new_values = self._values(name, fn, key, new)
             if old_values == new_values:
                 continue
             index = self._indices[name]

@@ -126,7 +126,7 @@ class ClaimProvider:
         status_name = ((claim.get("status") or {}).get("sandbox") or {}).get("name") or ""
         owned = [
             sb
-            for sb in self.sandboxes.by_index(OWNER_INDEX, uid)
+            for sb in self.sandboxes.by_index(OWNER_INDEX, f"{ns}/{uid}")  # never another ns
             if not sb["metadata"].get("deletionTimestamp")
         ]
         bound = self.bound.get(key)

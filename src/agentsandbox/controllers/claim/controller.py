@@ -84,7 +84,6 @@ log = logging.getLogger("agentsandbox.claim")
 CONTROLLER_NAME = "sandboxclaim"
 
 MISSING_RECHECK = 60.0  # a missing template or pool: look again (its creation re-queues too)
-CREATE_PENDING_RECHECK = 0.2
 CONFLICT_RECHECK = 0.2
 EXPIRED_RECHECK = 0.001  # the clean-up pass right after Ready=ClaimExpired is written
 QUOTA_RECHECK = 10.0  # a create refused by a ResourceQuota: retry at this pace, no backoff
@@ -203,12 +202,12 @@ class ClaimReconciler:
             raise _bounded(error, left)
         requeues = [] if left is None else [left]
         if failure is not None:
-            if failure.reason == REASON_RECONCILER_ERROR:
-                raise _bounded(RetryLater(failure.message), left)  # reported; retried with backoff
+            if failure.reason in (REASON_RECONCILER_ERROR, REASON_CREATE_PENDING):
+                # reported; retried with backoff. A same-name sandbox held Terminating (any
+                # editor can) must not make a 0.2 s poll: its deletion event re-queues us
+                raise _bounded(RetryLater(failure.message), left)
             if failure.reason in (REASON_TEMPLATE_NOT_FOUND, REASON_WARM_POOL_NOT_FOUND):
                 requeues.append(MISSING_RECHECK)
-            elif failure.reason == REASON_CREATE_PENDING:
-                requeues.append(CREATE_PENDING_RECHECK)
             elif failure.reason == REASON_QUOTA_EXCEEDED:
                 self.writer.event(
                     claim, "Warning", EVENT_QUOTA_EXCEEDED, failure.message, "Provisioning"
@@ -455,7 +454,6 @@ def setup(
 __all__ = [
     "CONFLICT_RECHECK",
     "CONTROLLER_NAME",
-    "CREATE_PENDING_RECHECK",
     "EXPIRED_RECHECK",
     "MISSING_RECHECK",
     "QUOTA_RECHECK",

@@ -12,9 +12,9 @@ from agentsandbox.controllers.claim.plan import adoptable, claim_source, pool_ow
 from agentsandbox.controllers.claim.warm_index import WarmQueue
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.reconcile import Request
-from agentsandbox.kube.store import KubeObject, index_by_controller_uid
+from agentsandbox.kube.store import KubeObject, index_by_namespaced_controller_uid
 
-OWNER_INDEX = "claim-controller-uid"  # sandboxes by the UID of their controller
+OWNER_INDEX = "claim-controller-uid"  # sandboxes by "<ns>/<UID of their controller>"
 CLAIM_TEMPLATE_INDEX = "claim-template"  # claims by "<ns>/<template>"
 CLAIM_POOL_INDEX = "claim-pool"  # claims by "<ns>/<pool>" (warmPoolRef or a pool policy)
 POOL_TEMPLATE_INDEX = "claim-pool-template"  # pools by "<ns>/<template>"
@@ -54,7 +54,7 @@ class ClaimWatches:
         self.sandboxes = sandboxes
         self.pools = pools
         self.queue = WarmQueue()
-        sandboxes.add_index(OWNER_INDEX, index_by_controller_uid)
+        sandboxes.add_index(OWNER_INDEX, index_by_namespaced_controller_uid)
         claims.add_index(CLAIM_TEMPLATE_INDEX, claim_template_index)
         claims.add_index(CLAIM_POOL_INDEX, claim_pool_index)
         pools.add_index(POOL_TEMPLATE_INDEX, pool_template_index)

@@ -10,10 +10,11 @@ set decides, never the apiVersion.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from agentsandbox.api import keys
 from agentsandbox.api.conditions import find_condition, is_sandbox_ready, set_status_condition
@@ -95,6 +96,9 @@ def migrated_v1alpha1_spec(claim: Obj) -> Obj | None:
     (``{"sandboxTemplateRef":…,"warmpool":…}``) is accepted too. Only when the reference is still
     the shadow pool of the annotated template (upstream's own test before restoring the v1alpha1
     fields) is the claim served as what it was; otherwise the reference is taken as written.
+
+    Any namespace editor writes this annotation: it is parsed with a nesting limit (orjson's,
+    1,024 levels), and a value too deep, malformed or not a string is no migration at all.
     """
     spec = claim.get("spec") or {}
     pool_ref = (spec.get("warmPoolRef") or {}).get("name") or ""
@@ -105,9 +109,11 @@ def migrated_v1alpha1_spec(claim: Obj) -> Obj | None:
     )
     if not raw:
         return None
+    if not isinstance(raw, str):
+        return None
     try:
-        state = json.loads(raw)
-    except (TypeError, ValueError):
+        state = orjson.loads(raw)
+    except (orjson.JSONDecodeError, RecursionError, TypeError, ValueError):
         return None
     if not isinstance(state, dict):
         return None

@@ -205,7 +205,7 @@ class WarmPoolReconciler:
             missing_since=memory.missing_since if memory else None,
             owed=memory.owed if memory else 0,
             refill_tokens=tokens,
-            controlled=self.sandboxes.by_index(CONTROLLER_INDEX, meta.get("uid", "")),
+            controlled=self.sandboxes.by_index(CONTROLLER_INDEX, f"{ns}/{meta.get('uid', '')}"),
         )
 
 

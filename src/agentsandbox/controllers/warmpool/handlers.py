@@ -18,10 +18,10 @@ from agentsandbox.controllers.warmpool.metrics import TIME_TO_READY
 from agentsandbox.kube.expectations import Expectations
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.reconcile import Request
-from agentsandbox.kube.store import KubeObject, index_by_controller_uid
+from agentsandbox.kube.store import KubeObject, index_by_namespaced_controller_uid
 
 POOL_INDEX = "warm-pool"  # sandboxes by "<namespace>/<pool name hash>"
-CONTROLLER_INDEX = "warm-pool-controller"  # sandboxes by their controller's UID
+CONTROLLER_INDEX = "warm-pool-controller"  # sandboxes by "<ns>/<their controller's UID>"
 TEMPLATE_INDEX = TEMPLATE_REF_FIELD  # pools by "<namespace>/<template name>"
 
 
@@ -65,7 +65,7 @@ class PoolWatches:
         self.on_pool_gone = on_pool_gone
         self._ready_seen: set[str] = set()  # sandbox UIDs whose first Ready was measured
         sandboxes.add_index(POOL_INDEX, pool_index)
-        sandboxes.add_index(CONTROLLER_INDEX, index_by_controller_uid)
+        sandboxes.add_index(CONTROLLER_INDEX, index_by_namespaced_controller_uid)
         pools.add_index(TEMPLATE_INDEX, template_index)
         sandboxes.add_handler(self._on_add, self._on_update, self._on_delete)
         add_pool_handler = getattr(pools, "add_handler", None)
@@ -81,8 +81,19 @@ class PoolWatches:
         self.on_pool_gone(pool["metadata"].get("uid", ""))
 
     # ---------------------------------------------------------------- expectations observers
-    def _on_add(self, sb: KubeObject) -> None:
+    def _own_pool_uid(self, sb: KubeObject) -> str | None:
+        """The UID of the pool controlling ``sb`` if that pool is in ``sb``'s own namespace (a
+        reference may name any UID: a sandbox elsewhere naming our pool is not the pool's)."""
         uid = _pool_owner_uid(sb)
+        get = getattr(self.pools, "get", None)
+        if uid is None or get is None:
+            return uid
+        ref = controller_of(sb) or {}
+        pool = get(str(ref.get("name") or ""), sb["metadata"].get("namespace"))
+        return uid if pool is not None and pool["metadata"].get("uid") == uid else None
+
+    def _on_add(self, sb: KubeObject) -> None:
+        uid = self._own_pool_uid(sb)
         if uid is not None:
             self.expectations.creation_observed(uid)
 
@@ -99,7 +110,7 @@ class PoolWatches:
         self._ready_seen.discard(sb["metadata"].get("uid", ""))
 
     def _deletion_seen(self, sb: KubeObject) -> None:
-        uid = _pool_owner_uid(sb)
+        uid = self._own_pool_uid(sb)
         if uid is not None:
             self.expectations.deletion_observed(uid, sb["metadata"].get("uid", ""))
 
@@ -107,7 +118,7 @@ class PoolWatches:
         """Creation to the first Ready=True of a pool sandbox (later flips are not measured)."""
         meta = sb["metadata"]
         ref = controller_of(sb)
-        if _pool_owner_uid(sb) is None or ref is None or meta.get("uid") in self._ready_seen:
+        if self._own_pool_uid(sb) is None or ref is None or meta.get("uid") in self._ready_seen:
             return
         self._ready_seen.add(meta.get("uid", ""))
         cond = find_condition((sb.get("status") or {}).get("conditions"), "Ready")
