@@ -97,7 +97,7 @@ test: venv sdk-venvs controlplane conformance-build
 	rm -f .coverage .coverage.*
 	$(PYTEST) tests/unit --cov --cov-report=
 	$(PY) hack/coverage_report.py
-	$(PYTEST) tests/integration tests/faults -m "not faults or smoke" $(COV_ALL)
+	$(PYTEST) tests/integration tests/faults -m "not faults or smoke" --durations=15 $(COV_ALL)
 	$(if $(COV_ALL),$(PY) hack/coverage_report.py --no-floors)
 
 test-unit: venv
