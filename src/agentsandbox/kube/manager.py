@@ -34,6 +34,7 @@ from .client import Client
 from .events import EventBroadcaster, EventRecorder
 from .informer import Informer, InformerFactory, Transform
 from .leaderelection import LeaderElector, default_identity
+from .looplag import LoopMonitor
 from .resources import Resource
 
 __all__ = [
@@ -107,20 +108,29 @@ class Manager:
         graceful_shutdown_timeout: float = 20.0,
         cache_sync_timeout: float | None = None,
         informer_options: dict[str, Any] | None = None,
+        leader_election_client: Client | None = None,
     ) -> None:
+        """``leader_election_client`` (default: :meth:`Client.for_leader_election` of
+        ``client``, closed by the manager) carries the Lease requests alone."""
         self.client = client
         self.informers = InformerFactory(client, **(informer_options or {}))
         self._metrics_bind = parse_bind_address(metrics_bind_address)
         self._probe_bind = parse_bind_address(health_probe_bind_address)
         self.identity = leader_election_identity or default_identity()
         self._elector: LeaderElector | None = None
+        self._own_clients: list[Client] = []
         if leader_election:
             if not leader_election_id or not leader_election_namespace:
                 raise ValueError(
                     "leader election needs leader_election_id and leader_election_namespace"
                 )
+            if leader_election_client is None:
+                # Its own pool and no share of the controllers' rate limit: a 128-wide create
+                # batch at --kube-api-qps=5 must not hold a renewal past the renew deadline.
+                leader_election_client = client.for_leader_election()
+                self._own_clients.append(leader_election_client)
             self._elector = LeaderElector(
-                client,
+                leader_election_client,
                 name=leader_election_id,
                 namespace=leader_election_namespace,
                 identity=self.identity,
@@ -140,6 +150,11 @@ class Manager:
         self._lost_task: asyncio.Task[None] | None = None
         # Named as upstream's main.go names its ping checks; /readyz also waits for the caches.
         self._healthz: dict[str, Check] = {"healthz": lambda: True}
+        # A loop blocked past the renew deadline (the Lease may be lost) fails /healthz.
+        self.loop_monitor = LoopMonitor(stall_after=renew_deadline)
+        self._healthz["event-loop"] = self.loop_monitor.healthy
+        if self._elector is not None:
+            self._healthz["leader-election"] = self._elector.healthy
         self._readyz: dict[str, Check] = {
             "readyz": lambda: True,
             "informers-synced": self.informers.has_synced,
@@ -231,6 +246,7 @@ class Manager:
                     continue
                 installed[sig] = previous
         try:
+            self.loop_monitor.start()
             await self._start_servers()
             self.events.start()
             self.informers.start()
@@ -375,7 +391,15 @@ class Manager:
         for runner in self._runners:
             await runner.cleanup()
         self._runners = []
+        await self.loop_monitor.stop()
+        await self.close_clients()
         log.info("manager stopped")
+
+    async def close_clients(self) -> None:
+        """Close the clients the manager made (the elector's); the caller's client stays open."""
+        clients, self._own_clients = self._own_clients, []
+        for own in clients:
+            await own.close()
 
     # --- HTTP ------------------------------------------------------------------------------
 
