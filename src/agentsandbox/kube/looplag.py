@@ -4,9 +4,10 @@ Asyncio is cooperative: one long synchronous step (a relist of tens of thousands
 scrape of a large registry) delays every other task, the Lease renewal included. The monitor
 sleeps ``interval`` at a time and measures how much longer the pause took (the lag, exported as
 ``agentsandbox_runtime_event_loop_lag_seconds``). :meth:`LoopMonitor.healthy` fails while no
-tick has come for ``stall_after`` seconds (the loop is blocked right now) and at the tick that
-measured a lag over ``stall_after`` (the loop was blocked; the Lease may be lost), so a stall
-past the renew deadline is visible before or as leadership is lost.
+tick has come for ``stall_after`` seconds (the loop is blocked right now), and for
+``stall_after`` seconds after a tick that measured a lag over ``stall_after`` (the loop was
+blocked; the Lease may be lost), so a probe that could not be answered during the stall still
+sees it afterwards.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class LoopMonitor:
         self._clock = clock
         self._last_tick = clock()
         self._lag = 0.0
+        self._stalled_at: float | None = None  # the tick that last measured a stall
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -52,8 +54,11 @@ class LoopMonitor:
         await asyncio.sleep(seconds)
 
     def healthy(self) -> bool:
-        """False while the loop has been blocked ``stall_after`` or at a tick that measured it."""
-        return self._clock() - self._last_tick <= self.stall_after and self._lag <= self.stall_after
+        """False while the loop has been blocked ``stall_after``, and for ``stall_after`` after."""
+        now = self._clock()
+        if now - self._last_tick > self.stall_after:
+            return False
+        return self._stalled_at is None or now - self._stalled_at > self.stall_after
 
     async def run(self) -> None:
         self._last_tick = self._clock()
@@ -65,6 +70,7 @@ class LoopMonitor:
             self._last_tick = now
             metrics.EVENT_LOOP_LAG.set(self._lag)
             if self._lag > self.stall_after:
+                self._stalled_at = now
                 metrics.EVENT_LOOP_STALLS.inc()
                 log.error(
                     "the event loop was blocked for %.1fs (more than %.1fs): the Lease may be lost",
