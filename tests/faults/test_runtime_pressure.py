@@ -8,6 +8,7 @@ tells its writes from the test's, and API priority and fairness applies to it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import json
@@ -309,3 +310,54 @@ async def test_throttled_watches_rewatch_and_never_relist(
     )
     assert throttled > 0, "no watch was throttled"
     assert relisted == 0, "a throttled watch was replaced by a relist"
+
+
+# ---------------------------------------------------------------------- renewal starvation
+async def test_renewals_do_not_wait_behind_the_controllers_rate_limit(
+    private_cluster: DevCluster, pclient: Client, pns: str, tmp_path: Path
+) -> None:
+    """About 40 s. A leader (lease/renew/retry 4/3/0.5 s) fills a pool of 30 at
+    --kube-api-qps=3 --kube-api-burst=3: a batch of 16 creates reserves more than 5 s of the
+    controllers' rate limiter, longer than the renew deadline. The Lease requests have a client
+    of their own, so the leader keeps the Lease through the fill: it never exits,
+    ``leader_election_master_status`` stays 1 and ``leaseTransitions`` does not move."""
+    port = free_port()
+    log = tmp_path / "starved.log"
+    flags = (
+        "--leader-elect=true",
+        f"--leader-election-namespace={pns}",
+        "--kube-api-qps=3",
+        "--kube-api-burst=3",
+    )
+    env = {"AGENTSANDBOX_LEASE": f"{LEASE},{RENEW},{RETRY}"}
+    with controller_process(
+        private_cluster, log, port, argv0=SHORT_LEASE, flags=flags, env=env
+    ) as proc:
+
+        def leading() -> bool:
+            assert proc.poll() is None, log.read_text()[-2000:]
+            text = scrape(port)
+            return metric_sum(text, "leader_election_master_status", name=LEADER_ELECTION_ID) == 1
+
+        await eventually(leading, within=30, what="leading", ignoring=OSError)
+        before = (await pclient.get(LEASES, LEADER_ELECTION_ID, pns))["spec"]
+        await pclient.create(SANDBOX_TEMPLATES, template_obj("tpl"), pns)
+        await pclient.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 30), pns)
+        converged = asyncio.ensure_future(
+            check_converged(pclient, pns, pools={"pool": 30}, within=180)
+        )
+        try:
+            while not converged.done():
+                await stays(leading, for_=0.5, what="the leader keeping the Lease", interval=0.1)
+            await converged
+        finally:
+            converged.cancel()
+        after = (await pclient.get(LEASES, LEADER_ELECTION_ID, pns))["spec"]
+        assert proc.poll() is None
+        text = scrape(port)
+    waits = metric_sum(text, "rest_client_rate_limiter_duration_seconds_count")
+    short = metric_sum(text, "rest_client_rate_limiter_duration_seconds_bucket", le="2.56")
+    print(f"\n{waits - short:.0f} of {waits:.0f} controller requests waited > 2.56 s for a token")
+    assert waits > short, "no request waited long on the rate limiter: the test proved nothing"
+    assert after["holderIdentity"] == before["holderIdentity"]
+    assert after.get("leaseTransitions", 0) == before.get("leaseTransitions", 0)
