@@ -203,7 +203,7 @@ async def test_a_stalled_event_loop_fails_healthz_and_recovers(
             ignoring=OSError,
         )
         text = scrape(port)
-        assert metric_sum(text, "agentsandbox_runtime_event_loop_stalls_total") == 1
+        assert metric_sum(text, "agentsandbox_runtime_event_loop_stalls_total") >= 1
         assert _get(port, "/healthz") == 500
         await eventually(healthy, within=RENEW + 5, what="/healthz ok again")
         await stays(healthy, for_=1.0, what="/healthz staying ok")
