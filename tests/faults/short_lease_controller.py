@@ -4,12 +4,17 @@ The real command line (``agentsandbox.cli.controller.main``, every flag as given
 Manager's lease timings taken from ``AGENTSANDBOX_LEASE`` = "duration,renew,retry" seconds
 (default 4,3,0.5). The controller has upstream's flags only, and upstream has none for these
 (controller-runtime's 15/10/2 s), so a 17 s takeover bound would make the test slow.
+
+With ``AGENTSANDBOX_STALL`` = seconds, SIGUSR1 blocks the event loop (the main thread) for that
+long, as a long synchronous step would.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import time
 from typing import Any
 
 from agentsandbox.cli import controller
@@ -29,6 +34,17 @@ def main() -> int:
         init(self, *args, **kwargs)
 
     manager.Manager.__init__ = short  # type: ignore[method-assign]
+    stall = float(os.environ.get("AGENTSANDBOX_STALL", "0"))
+    if stall > 0:
+
+        def block(signum: int, frame: object) -> None:
+            # A Python signal handler runs in the main thread, between two steps of the loop:
+            # busy for ``stall`` seconds, nothing else runs (a CPU-bound pass, a huge scrape).
+            end = time.monotonic() + stall
+            while time.monotonic() < end:
+                pass
+
+        signal.signal(signal.SIGUSR1, block)
     return controller.main(sys.argv[1:])
 
 

@@ -140,6 +140,20 @@ class Client(Transport):
 
         return _PendingClient(cls, load, options)
 
+    def for_leader_election(self) -> Client:
+        """A client for the Lease alone: the same server and credentials, its own small
+        connection pool and no client-side rate limit, so renewals never queue behind the
+        controllers' requests (controller-runtime builds the resource lock's client the same
+        way). The elector retries on its own schedule, so this client does not retry."""
+        return Client(
+            self._config,
+            qps=0,
+            pool_size=2,
+            request_timeout=self._request_timeout.total,
+            max_retries=0,
+            user_agent=self._headers["User-Agent"] + " leader-election",
+        )
+
     # --- helpers -----------------------------------------------------------------------------
 
     @staticmethod

@@ -257,8 +257,8 @@ class Controller:
         self._log.info("controller %s started with %d workers", self.name, self.workers)
 
     async def stop(self, drain_timeout: float | None = 30.0) -> None:
-        """Stop taking new work; let reconciles in flight finish for up to ``drain_timeout``
-        seconds (0: cancel them at once), then cancel the workers."""
+        """Stop taking new work (keys still queued are dropped); let reconciles in flight finish
+        for up to ``drain_timeout`` seconds (0: cancel them at once), then cancel the workers."""
         if not self._started:
             return
         self._started = False
@@ -301,6 +301,11 @@ class Controller:
             try:
                 request = await queue.get()
             except ShutDown:
+                return
+            if self.stopping.is_set():
+                # Stopping: the backlog is dropped (the next leader lists everything again); only
+                # the reconciles already in flight may finish, as controller-runtime's drain.
+                queue.done(request)
                 return
             try:
                 await self.process(request)

@@ -2,11 +2,15 @@
 
 An informer lists a resource (page by page), then watches it from the list's resourceVersion with
 bookmarks, so that a re-watch after a dropped connection resumes where it stopped instead of
-relisting. Only when the server says the resourceVersion is too old (410 Gone) does it relist; the
-relist is compared with the cache, so the handlers still hear about every object that vanished
-while the informer was not watching (a DELETE for each) and about every object that changed (an
-UPDATE only when the resourceVersion differs). Connection failures back off exponentially with
-jitter, capped, so a down API server is not hammered.
+relisting. A watch the server throttles (429) or fails (5xx) is opened again from the same
+resourceVersion after a backoff that honours ``Retry-After``, as client-go's reflector does: a
+cheap watch is never replaced by an expensive list under API priority and fairness pressure. A
+relist after any other refusal reads from the last resourceVersion (``NotOlderThan``, served by
+the watch cache); only when the server says the resourceVersion is too old (410 Gone) does it
+relist from etcd. The relist is compared with the cache, so the handlers still hear about every
+object that vanished while the informer was not watching (a DELETE for each) and about every
+object that changed (an UPDATE only when the resourceVersion differs). Failures back off
+exponentially with jitter, capped, so a down API server is not hammered.
 
 Handlers are synchronous and cheap: they usually just put a key on a work queue. Reconcilers read
 from the informer's :class:`~agentsandbox.kube.store.Store`, never from the events. An object a
@@ -31,6 +35,7 @@ from . import metrics
 from .client import Client
 from .errors import ApiConnectionError, Gone, KubeError
 from .guard import ObjectGuard
+from .relist import Backoff, is_retriable_watch_error, retry_after, too_large_resource_version
 from .resources import Resource
 from .store import IndexFunc, KubeObject, Store
 from .watch import WatchEvent, WatchStream
@@ -64,10 +69,6 @@ DEFAULT_PAGE_SIZE = 500
 DEFAULT_MIN_WATCH_TIMEOUT = 300.0
 # A watch that lasted this long, or delivered anything, was healthy: the next one starts at once.
 _HEALTHY_WATCH_SECONDS = 1.0
-
-
-def _is_connection_error(error: BaseException | None) -> bool:
-    return isinstance(error, ApiConnectionError)
 
 
 class InformerStopped(RuntimeError):
@@ -118,33 +119,6 @@ def replace_store(store: Store, objects: Iterable[KubeObject]) -> StoreChanges:
         elif _resource_version(old) != _resource_version(obj):
             updated.append((old, obj))
     return StoreChanges(added, updated, deleted)
-
-
-class Backoff:
-    """Jittered exponential backoff: ``min(cap, base * 2**n)``, then a random 50-100 % of it."""
-
-    def __init__(
-        self,
-        base: float = 0.2,
-        cap: float = 30.0,
-        rand: Callable[[], float] = random.random,
-    ) -> None:
-        if base <= 0 or cap < base:
-            raise ValueError("need 0 < base <= cap")
-        self.base = base
-        self.cap = cap
-        self.attempts = 0
-        self._rand = rand
-
-    def next(self) -> float:
-        """The delay before the next attempt; each call doubles the following one."""
-        exp = min(self.attempts, 64)
-        self.attempts += 1
-        delay = min(self.cap, self.base * 2.0**exp)
-        return delay * (0.5 + 0.5 * self._rand())
-
-    def reset(self) -> None:
-        self.attempts = 0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -205,6 +179,7 @@ class Informer:
         self._synced = asyncio.Event()
         self._stopped = asyncio.Event()
         self._resource_version: str | None = None
+        self._list_from_scratch = False  # after a 410: list with no resourceVersion (from etcd)
         self._task: asyncio.Task[None] | None = None
         self._resync_task: asyncio.Task[None] | None = None
         self._stream: WatchStream | None = None
@@ -364,6 +339,9 @@ class Informer:
 
     # --- list and watch ----------------------------------------------------------------------
 
+    async def _sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
     async def _run(self) -> None:
         backoff = self._backoff
         need_list = True
@@ -372,23 +350,35 @@ class Informer:
             if need_list:
                 try:
                     await self._list()
-                except KubeError as err:
+                except Gone as err:
+                    # The watch cache no longer has our resourceVersion: list from etcd.
+                    self._list_from_scratch = True
                     delay = backoff.next()
                     log.warning("%r: list failed, retrying in %.2fs: %s", self, delay, err)
-                    await asyncio.sleep(delay)
+                    await self._sleep(delay)
+                    continue
+                except KubeError as err:
+                    if too_large_resource_version(err):
+                        self._list_from_scratch = True  # the watch cache is behind our RV
+                    delay = max(backoff.next(), retry_after(err))
+                    log.warning("%r: list failed, retrying in %.2fs: %s", self, delay, err)
+                    await self._sleep(delay)
                     continue
                 except Exception:
                     delay = backoff.next()
                     log.exception("%r: list failed, retrying in %.2fs", self, delay)
-                    await asyncio.sleep(delay)
+                    await self._sleep(delay)
                     continue
                 need_list = False
             reason, error, healthy = await self._watch_once()
             self._m_watch_ends[reason].inc()
             if healthy:
                 backoff.reset()
-            if reason == "gone" or (reason == "error" and not _is_connection_error(error)):
-                need_list = True  # history is gone, or the server refused the watch: relist
+            if reason == "gone":
+                need_list = True  # history is gone: relist from etcd
+                self._list_from_scratch = True
+            elif reason == "error" and not is_retriable_watch_error(error):
+                need_list = True  # the server refused the watch: relist from the watch cache
             if reason == "gone":
                 gone_in_a_row = 0 if healthy else gone_in_a_row + 1
                 if gone_in_a_row <= 1:
@@ -398,7 +388,7 @@ class Informer:
                 gone_in_a_row = 0
                 if healthy and reason == "closed":
                     continue  # the server's watch timeout: watch again at once
-            delay = backoff.next()
+            delay = max(backoff.next(), retry_after(error))
             log.info(
                 "%r: watch ended (%s), retrying in %.2fs%s",
                 self,
@@ -406,19 +396,26 @@ class Informer:
                 delay,
                 f": {error}" if error is not None else "",
             )
-            await asyncio.sleep(delay)
+            await self._sleep(delay)
 
     async def _list(self) -> None:
         if self._list_pending_since is None:
             self._list_pending_since = time.monotonic()
         self._m_lists.inc()
+        resource_version: str | None = None
+        match: str | None = None
+        if self._resource_version and not self._list_from_scratch:
+            resource_version, match = self._resource_version, "NotOlderThan"
         result = await self._client.list(
             self.resource,
             self.namespace,
             label_selector=self.label_selector,
             field_selector=self.field_selector,
             limit=self._page_size,
+            resource_version=resource_version,
+            resource_version_match=match,
         )
+        self._list_from_scratch = False
         # an object the transform refuses keeps what the cache had, if anything
         cache = self._store.get_by_key
         kept = (self._prepare(o) or cache(self._guard.key(o) or "") for o in result.items)

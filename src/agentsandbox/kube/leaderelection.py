@@ -164,6 +164,18 @@ class LeaderElector:
         """True if we stopped leading because renewal failed (not because we were stopped)."""
         return self._lost
 
+    def healthy(self, tolerance: float = 20.0) -> bool:
+        """The ``/healthz`` check: False when leading without a renewal for the lease duration
+        plus ``tolerance`` (kube-controller-manager's leader healthz adaptor), or when the
+        election loop ended while nobody stopped it (a standby that silently stopped
+        campaigning, or a loss the manager has not acted on)."""
+        task = self._task
+        if task is not None and task.done() and not self._stopping.is_set():
+            return False
+        if self._leading:
+            return self._clock() - self._last_renew <= self.lease_duration + tolerance
+        return True
+
     async def wait_leading(self) -> None:
         await self._leading_event.wait()
 

@@ -215,6 +215,18 @@ LEADER_ELECTION_SLOWPATH = Counter(
     registry=REGISTRY,
 )
 
+# --- our runtime: the event loop ----------------------------------------------------------
+EVENT_LOOP_LAG = Gauge(
+    "agentsandbox_runtime_event_loop_lag_seconds",
+    "How much later than asked the event loop last ran a timer (0 when idle)",
+    registry=REGISTRY,
+)
+EVENT_LOOP_STALLS = Counter(
+    "agentsandbox_runtime_event_loop_stalls_total",
+    "Times the event loop was blocked longer than the leader election renew deadline",
+    registry=REGISTRY,
+)
+
 # --- our runtime: informers (make faults observable) ---------------------------------------
 INFORMER_LISTS = Counter(
     "agentsandbox_runtime_informer_lists_total",

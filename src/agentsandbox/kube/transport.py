@@ -9,8 +9,10 @@ What it does, and why:
   before doing anything) honouring ``Retry-After``, and so is a 5xx that carries ``Retry-After``
   (the server asks for it, e.g. a restarting kube-apiserver's 503 "before all known HTTP paths
   have been installed"; client-go's ``checkWait`` does the same); a failed connect is retried for
-  every verb (nothing was sent); connection resets, timeouts and other 5xx answers only for GET,
-  because a POST that may have reached the server must not be blindly repeated.
+  every verb (nothing was sent); connection resets and other 5xx answers only for GET, because a
+  POST that may have reached the server must not be blindly repeated. A request that timed out
+  is never sent again (client-go retries a GET only after a reset or an early close), so one slow
+  answer holds a worker for one request timeout, not ``max_retries + 1`` of them.
 - Two connection pools: requests share one sized by ``pool_size``; watches get their own,
   unbounded, so long-lived watches never starve ordinary requests.
 - client-go's ``rest_client_*`` metrics for every request.
@@ -278,8 +280,12 @@ class Transport:
                     retry_after = _retry_after_header(resp.headers.get("Retry-After"))
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 self._observe(method, "<error>", time.perf_counter() - start)
-                connect_failed = isinstance(exc, aiohttp.ClientConnectorError)
-                delay = retry.next_delay() if (safe or connect_failed) else None
+                connect_failed = isinstance(
+                    exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError
+                )
+                timed_out = isinstance(exc, TimeoutError) and not connect_failed
+                retriable = connect_failed or (safe and not timed_out)
+                delay = retry.next_delay() if retriable else None
                 if delay is None:
                     raise ApiConnectionError(
                         f"{type(exc).__name__}: {exc}", method=method, path=path
