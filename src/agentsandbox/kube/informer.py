@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from . import metrics
 from .client import Client
-from .errors import ApiConnectionError, Gone, KubeError
+from .errors import Gone, KubeError
 from .guard import ObjectGuard
 from .relist import Backoff, is_retriable_watch_error, retry_after, too_large_resource_version
 from .resources import Resource
