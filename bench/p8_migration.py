@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 
 from harness import Bench, BenchError, mib_to_mb, percentile, template, until, warm_pool
 from p5_cost import deployment_flags
-from p7_scale import OUR_AGENT, Pools, pool_name, split
+from p7_scale import OUR_AGENT, Pools, _wall, pool_name, split
 
 from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
 from agentsandbox.kube.client import PatchType
@@ -102,10 +101,6 @@ async def probe(b: Bench, ns: str, interval: float, out: list[tuple[float, float
         await b.api.get(NAMESPACES, ns)
         out.append((t0, (time.monotonic() - t0) * 1000.0))
         await asyncio.sleep(interval)
-
-
-def _wall(stamp: str) -> float:
-    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def _ms(values: list[float]) -> dict[str, float | None]:

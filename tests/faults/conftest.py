@@ -8,11 +8,15 @@ write's event is on disk before its answer).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from agentsandbox.devcluster.cluster import DevCluster
+from agentsandbox.kube.client import Client
+from agentsandbox.kube.config import load_kubeconfig
 from tests.conftest import started_cluster
 
 
@@ -33,3 +37,23 @@ def private_cluster() -> Iterator[DevCluster]:
         apiserver_args=("--audit-log-mode=blocking",),  # nothing answered is lost by a kill
     ) as cl:
         yield cl
+
+
+@pytest.fixture
+async def pclient(private_cluster: DevCluster) -> AsyncIterator[Client]:
+    """A client of the module's private control plane (no client-side rate limit)."""
+    c = Client(await load_kubeconfig(str(private_cluster.kubeconfig)), qps=0, pool_size=100)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+@pytest.fixture
+def pns(private_cluster: DevCluster) -> Iterator[str]:
+    """A fresh namespace on the module's private control plane, deleted afterwards."""
+    name = f"f-{uuid.uuid4().hex[:10]}"
+    private_cluster.api("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    yield name
+    with contextlib.suppress(OSError):
+        private_cluster.api("DELETE", f"/api/v1/namespaces/{name}")

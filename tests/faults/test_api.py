@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,6 @@ from agentsandbox.api.resources import (
 )
 from agentsandbox.devcluster.cluster import DevCluster, free_port
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.config import load_kubeconfig
 from tests.integration.invariants import SandboxHistory, check_converged, controller_process
 from tests.integration.runtime_helpers import compact_etcd
 from tests.integration.test_claims import claim_obj
@@ -44,24 +43,6 @@ from .faultkit import (
     scrape,
     unanswered_creates,
 )
-
-
-@pytest.fixture
-async def pclient(private_cluster: DevCluster) -> AsyncIterator[Client]:
-    c = Client(await load_kubeconfig(str(private_cluster.kubeconfig)), qps=0, pool_size=100)
-    try:
-        yield c
-    finally:
-        await c.close()
-
-
-@pytest.fixture
-def pns(private_cluster: DevCluster) -> Iterator[str]:
-    name = f"f-{uuid.uuid4().hex[:10]}"
-    private_cluster.api("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
-    yield name
-    with contextlib.suppress(OSError):
-        private_cluster.api("DELETE", f"/api/v1/namespaces/{name}")
 
 
 @contextlib.contextmanager

@@ -16,7 +16,6 @@ import signal
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,6 @@ from agentsandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SA
 from agentsandbox.cli.options import LEADER_ELECTION_ID
 from agentsandbox.devcluster.cluster import DevCluster, free_port
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.config import load_kubeconfig
 from agentsandbox.kube.errors import Conflict
 from agentsandbox.kube.resources import LEASES
 from agentsandbox.kube.timefmt import format_micro_time
@@ -37,24 +35,6 @@ from .faultkit import SHORT_LEASE, grant_cluster_admin, kubeconfig_via, metric_s
 
 LEASE, RENEW, RETRY = 4.0, 3.0, 0.5  # tests/faults/short_lease_controller.py's timings
 STALL = 5.0  # seconds the stalled controller's loop is blocked: more than RENEW
-
-
-@pytest.fixture
-async def pclient(private_cluster: DevCluster) -> AsyncIterator[Client]:
-    c = Client(await load_kubeconfig(str(private_cluster.kubeconfig)), qps=0, pool_size=100)
-    try:
-        yield c
-    finally:
-        await c.close()
-
-
-@pytest.fixture
-def pns(private_cluster: DevCluster) -> Iterator[str]:
-    name = f"r-{uuid.uuid4().hex[:10]}"
-    private_cluster.api("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
-    yield name
-    with contextlib.suppress(OSError):
-        private_cluster.api("DELETE", f"/api/v1/namespaces/{name}")
 
 
 def _own_user(cluster: DevCluster, tmp_path: Path) -> tuple[str, Path]:
