@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import zlib
 from collections.abc import Sequence
 
 from agentsandbox.api import keys
 from agentsandbox.api.conditions import is_sandbox_ready
-from agentsandbox.api.gojson import GoJSONError
-from agentsandbox.api.hashing import pod_template_hash
 from agentsandbox.api.owners import controller_of
 from agentsandbox.api.resources import (
     SANDBOX_CLAIMS,
@@ -28,6 +25,7 @@ from agentsandbox.api.resources import (
 )
 from agentsandbox.controllers.claim import metrics as claim_metrics
 from agentsandbox.controllers.claim import tracing
+from agentsandbox.controllers.claim.candidates import SPREAD, CandidatePicker
 from agentsandbox.controllers.claim.claimed_sandbox import (
     adoption_patch,
     cold_sandbox,
@@ -47,7 +45,6 @@ from agentsandbox.controllers.claim.plan import (
     ClaimFailure,
     Source,
     adoptable,
-    candidate_problem,
     claim_source,
     forces_cold_start,
     pick_kept,
@@ -72,7 +69,6 @@ log = logging.getLogger("agentsandbox.claim")
 
 MAX_ADOPTION_ATTEMPTS = 5  # failed adoptions before the cold fallback
 MAX_ADOPTION_LOOKS = 64  # candidates looked at in one pass, lost races included
-SPREAD = 32  # Ready candidates among which a claim's UID picks (see ClaimProvider._pick)
 
 
 def _controlled_by(sb: KubeObject, uid: str) -> bool:
@@ -107,6 +103,7 @@ class ClaimProvider:
         self.templates = templates
         self.watches = watches
         self.queue: WarmQueue = watches.queue
+        self.picker = CandidatePicker(sandboxes, self.queue)
         self.recorder = recorder
         self.events = events
         # "<ns>/<claim>" -> (claim UID, sandbox name) this process adopted or created for it,
@@ -263,68 +260,18 @@ class ClaimProvider:
             return template, [pool] if pool is not None else []
         return template, self.watches.pools_of_template(template)
 
-    def _pick(
-        self,
-        claim_uid: str,
-        template: KubeObject,
-        pools: Sequence[KubeObject],
-        pod_hash: str,
-        ns: str,
-    ) -> KubeObject | None:
-        """Take a candidate off the queues: a Ready one if any, else the oldest not-Ready one.
-
-        Among the oldest Ready candidates the choice is spread by the claim's UID: one process
-        takes them in any order it likes (the take is atomic), but two processes racing (leader
-        election off) then mostly try different sandboxes for different claims, and the same
-        sandbox for the same claim, which the loser recognises as its own. Synchronous (no
-        await): two workers of this process never take the same sandbox.
-        """
-        fallback: tuple[tuple[str, str], KubeObject] | None = None
-        ready: list[tuple[tuple[str, str], KubeObject]] = []
-        for pool in pools:
-            qkey = (ns, pool["metadata"]["name"])
-            for name in self.queue.names(qkey):
-                sb = self.sandboxes.get(name, ns)
-                if sb is None or not adoptable(sb):
-                    self.queue.remove(ns, name)
-                    continue
-                problem = candidate_problem(sb, ns, template, pool, pod_hash)
-                if problem is not None:
-                    if problem.startswith("stale"):
-                        self.queue.remove(ns, name)
-                    continue
-                if is_sandbox_ready(sb):
-                    ready.append((qkey, sb))
-                    if len(ready) >= SPREAD:
-                        break
-                elif fallback is None:
-                    fallback = (qkey, sb)
-            if len(ready) >= SPREAD:
-                break
-        if ready:
-            choice = ready[zlib.crc32(claim_uid.encode()) % len(ready)]
-        elif fallback is not None:
-            choice = fallback
-        else:
-            return None
-        self.queue.take(choice[0], choice[1]["metadata"]["name"])
-        return choice[1]
-
     @tracing.adopt_span
     async def _adopt(
         self, claim: KubeObject, template: KubeObject, pools: Sequence[KubeObject]
     ) -> KubeObject | None:
         meta = claim["metadata"]
         ns = meta["namespace"]
-        try:
-            pod_hash = pod_template_hash((template.get("spec") or {}).get("podTemplate") or {})
-        except (GoJSONError, TypeError, ValueError):
-            pod_hash = ""
+        pod_hash = self.picker.pod_hash(template)
         failures = 0
         for _ in range(MAX_ADOPTION_LOOKS):
             if failures >= MAX_ADOPTION_ATTEMPTS:
                 break
-            candidate = self._pick(meta["uid"], template, pools, pod_hash, ns)
+            candidate = self.picker.pick(meta["uid"], template, pools, pod_hash, ns)
             if candidate is None:
                 return None
             name = candidate["metadata"]["name"]
@@ -342,11 +289,7 @@ class ClaimProvider:
                     continue
                 if _controlled_by(fresh, meta["uid"]):
                     adopted = fresh
-                elif (
-                    problem := candidate_problem(
-                        fresh, ns, template, self._pool_of(fresh, pools), pod_hash
-                    )
-                ) is None:
+                elif (problem := self.picker.problem(fresh, ns, template, pools, pod_hash)) is None:
                     try:  # still a free pool sandbox: one more try at its current version
                         adopted = await self.client.patch(
                             SANDBOXES, name, adoption_patch(fresh, claim, template), ns
@@ -384,11 +327,6 @@ class ClaimProvider:
             return await self.client.get(SANDBOXES, name, ns)
         except NotFound:
             return None
-
-    @staticmethod
-    def _pool_of(sb: KubeObject, pools: Sequence[KubeObject]) -> KubeObject | None:
-        owner = pool_owner(sb)
-        return next((p for p in pools if p["metadata"]["name"] == owner), None)
 
     @tracing.create_span
     async def _create(self, claim: KubeObject, template: KubeObject) -> KubeObject:
