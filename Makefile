@@ -109,7 +109,7 @@ test-integration: venv sdk-venvs controlplane conformance-build
 # The fault suite (docs/reliability.md): every test marked `faults`: tests/faults and the claim
 # bursts' kill -9 and split brain (tests/integration/test_claims.py), on one session control
 # plane (tests/conftest.py) plus the API-fault module's private one.
-test-faults: venv controlplane
+test-faults: venv controlplane conformance-build
 	$(PYTEST) tests/faults tests/integration -m faults
 
 # Only the tests marked `slow` (over 30 s each; make test runs them too).

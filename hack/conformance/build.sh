@@ -4,6 +4,8 @@
 # cache them beside the control plane: $cache_root/conformance/agent-sandbox-<version>_<key>/bin/
 #   e2e.test, extensions.test    the test binaries
 #   e2e.list, extensions.list    each binary's `-test.list .` output (its top-level tests)
+#   agent-sandbox-controller     upstream's own controller (the controller-switch fault tests
+#                                run it against ours, each taking over the other's claims)
 #   versions.json                module, version, Go version, build time, key
 #
 # The module is resolved from the committed go.mod/go.sum only (-mod=readonly): every hash in
@@ -23,11 +25,12 @@ module=sigs.k8s.io/agent-sandbox
 version="$(sed -n "s|^require $module \(v[^ ]*\)\$|\1|p" "$here/go.mod")"
 [ -n "$version" ] || { log "go.mod does not require $module"; exit 1; }
 packages=("$module/test/e2e" "$module/test/e2e/extensions")
+controller="$module/cmd/agent-sandbox-controller"
 flags=(-mod=readonly -trimpath)
 
 key_input() {
   cat "$here/go.mod" "$here/go.sum"
-  printf '%s\n' "${packages[@]}" "${flags[@]}" "$GO_MIN_VERSION"
+  printf '%s\n' "${packages[@]}" "$controller" "${flags[@]}" "$GO_MIN_VERSION"
   uname -m
 }
 key="$(key_input | sha256sum | cut -c1-16)"
@@ -38,6 +41,7 @@ bins=(e2e extensions)
 complete() {
   [ -f "$out/bin/versions.json" ] || return 1
   for b in "${bins[@]}"; do [ -x "$out/bin/$b.test" ] && [ -f "$out/bin/$b.list" ] || return 1; done
+  [ -x "$out/bin/agent-sandbox-controller" ] || return 1
 }
 
 if complete; then
@@ -71,6 +75,8 @@ for b in "${bins[@]}"; do
   # the tests each binary holds (its package's init runs; no cluster is contacted)
   "$tmp/bin/$b.test" -test.list . > "$tmp/bin/$b.list"
 done
+log "building $controller at $version"
+(cd "$here" && "$GO_CMD" build -o "$tmp/bin/agent-sandbox-controller" "$controller")
 
 took=$(( $(date +%s) - start ))
 cat > "$tmp/bin/versions.json" <<JSON

@@ -39,6 +39,11 @@ class Binaries:
     def binary(self, package: str) -> Path:
         return self.dir / f"{package}.test"
 
+    @property
+    def controller(self) -> Path:
+        """Upstream's own controller of the same release (the controller-switch fault tests)."""
+        return self.dir / "agent-sandbox-controller"
+
     def listed(self, package: str) -> list[str]:
         """Everything ``-test.list .`` printed: tests, benchmarks, examples (one per line)."""
         lines = (self.dir / f"{package}.list").read_text().splitlines()

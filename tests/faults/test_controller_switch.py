@@ -1,0 +1,201 @@
+"""A switch between upstream's controller and ours while claims are being adopted, both ways.
+
+Upstream v1.0.1's own controller binary (built from the pinned release by
+hack/conformance/build.sh) and ours serve the same pool, one after the other: the first is
+SIGKILLed while a burst of claims is half served (some claims bound, some caught between the
+writes of their adoption), and the other takes over. Whatever the first one left half done must
+be finished, not doubled:
+
+- every claim ends Ready with exactly one sandbox, the one its status names, and no claim ever
+  controlled two sandboxes, not even for a moment (a second adoption for a claim the first
+  controller had already served or committed);
+- no sandbox ever had two claim owners;
+- a claim whose assignment was committed (the claim annotation ``agents.x-k8s.io/sandbox-name``)
+  when the switch happened ends with that sandbox, when it was still there to finish;
+- the pool ends at its replicas, all Ready, and nothing is orphaned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
+from agentsandbox.devcluster.cluster import DevCluster
+from agentsandbox.kube.client import Client
+from tests.integration.invariants import (
+    KillMissed,
+    SandboxHistory,
+    bound_claims,
+    check_invariants,
+    check_owned,
+    claim_progress,
+    controller_process,
+    kill_in_flight,
+    kill_when,
+    wait_claims_ready,
+)
+from tests.integration.test_claims import claim_obj
+from tests.integration.test_warmpool import pool_obj, template_obj, wait_ready_pool
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+
+from conformance import gotest
+
+ASSIGNED = "agents.x-k8s.io/sandbox-name"
+REPLICAS = 20
+CLAIMS = 40
+KILL_AT_BOUND = 5
+
+
+@pytest.fixture(scope="module")
+def upstream_controller() -> Path:
+    """Upstream v1.0.1's controller, from the build cache (``make conformance-build``)."""
+    try:
+        binaries = gotest.build()
+    except gotest.BuildError as err:
+        pytest.fail(str(err), pytrace=False)
+    exe: Path = binaries.controller
+    assert exe.is_file(), f"{exe} missing: hack/conformance/build.sh builds it"
+    return exe
+
+
+def _assigned(claim: dict[str, Any]) -> str:
+    return str(((claim["metadata"].get("annotations") or {}).get(ASSIGNED)) or "")
+
+
+def _named(claim: dict[str, Any]) -> str:
+    return str(((claim.get("status") or {}).get("sandbox") or {}).get("name") or "")
+
+
+async def _switch(
+    client: Client,
+    cluster: DevCluster,
+    ns: str,
+    logs: Path,
+    first: list[str],
+    second: list[str],
+) -> str:
+    """The scenario in ``ns``: ``first`` (argv0, empty for ours) fills the pool and serves the
+    burst until it is killed, ``second`` finishes. Returns what the kill left (for the log)."""
+    at_kill: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        proc = stack.enter_context(
+            controller_process(cluster, logs / f"first-{ns}.log", argv0=first)
+        )
+        await client.create(SANDBOX_TEMPLATES, template_obj("tpl"), ns)
+        await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", REPLICAS), ns)
+        await wait_ready_pool(client, ns, "pool", REPLICAS, within=90)
+        async with SandboxHistory(client, ns) as history:
+            names = {f"c-{i:03d}" for i in range(CLAIMS)}
+
+            async def kill_then_switch() -> None:
+                await kill_when(
+                    client,
+                    SANDBOX_CLAIMS,
+                    ns,
+                    proc,
+                    lambda claims: bound_claims(claims) >= KILL_AT_BOUND,
+                    what=f"{KILL_AT_BOUND} claims bound",
+                )
+                claims = (await client.list(SANDBOX_CLAIMS, ns)).items
+                bound, between = await claim_progress(client, ns, history.pool_born)
+                committed = {
+                    c["metadata"]["name"]: _assigned(c)
+                    for c in claims
+                    if _assigned(c) and not _named(c)
+                }
+                at_kill.update(bound=bound, between=between, committed=committed)
+                if bound >= CLAIMS or not (between or committed):
+                    raise KillMissed(
+                        f"{bound}/{CLAIMS} bound, {between} adopted but unnamed, "
+                        f"{len(committed)} committed but unnamed: nothing half done"
+                    )
+                stack.enter_context(
+                    controller_process(cluster, logs / f"second-{ns}.log", argv0=second)
+                )
+
+            side = asyncio.create_task(kill_then_switch())
+            try:
+                await asyncio.gather(
+                    *(client.create(SANDBOX_CLAIMS, claim_obj(n, pool="pool"), ns) for n in names)
+                )
+                await side
+            finally:
+                side.cancel()
+            claims = await wait_claims_ready(client, ns, names, 90)
+            served = await check_invariants(client, ns, claims)
+            await wait_ready_pool(client, ns, "pool", REPLICAS, within=90)
+            await check_owned(client, ns)
+            await history.caught_up()
+        history.check()  # no sandbox ever had two claim owners
+        doubled = {
+            claim: sorted(history.uids[sb] for sb in sandboxes)
+            for claim, sandboxes in _sandboxes_per_claim(history).items()
+            if len(sandboxes) > 1
+        }
+        assert not doubled, f"claims that controlled two sandboxes over time: {doubled}"
+        by_uid = {c["metadata"]["uid"]: c["metadata"]["name"] for c in claims}
+        assert set(by_uid.values()) == names
+        unfinished = {
+            claim: (assigned, served[claim])
+            for claim, assigned in at_kill["committed"].items()
+            if served[claim] != assigned and assigned in history.adopted() | _free(history)
+        }
+        assert not unfinished, (
+            f"committed assignments not finished (claim: (committed, got)): {unfinished}"
+        )
+    return (
+        f"{at_kill['bound']}/{CLAIMS} bound, {at_kill['between']} adopted but unnamed, "
+        f"{len(at_kill['committed'])} committed but unnamed at the kill"
+    )
+
+
+def _sandboxes_per_claim(history: SandboxHistory) -> dict[str, set[str]]:
+    per: dict[str, set[str]] = {}
+    for sb, claims in history.claims_of.items():
+        for claim in claims:
+            per.setdefault(claim, set()).add(sb)
+    return per
+
+
+def _free(history: SandboxHistory) -> set[str]:
+    """Pool sandboxes never adopted (a committed one still free could have been finished)."""
+    return {history.uids[uid] for uid in history.pool_born if not history.claims_of.get(uid)}
+
+
+async def test_ours_finishes_what_upstreams_controller_left_half_adopted(
+    client: Client,
+    namespace: str,
+    cluster: DevCluster,
+    tmp_path: Path,
+    upstream_controller: Path,
+) -> None:
+    """About 40 s (a pool of 20 filled by upstream's controller, 40 claims, the switch; up to
+    three times that if kills miss): upstream's controller is killed mid-burst, ours finishes."""
+
+    async def attempt(ns: str) -> str:
+        return await _switch(client, cluster, ns, tmp_path, [str(upstream_controller)], [])
+
+    print("\n" + await kill_in_flight(cluster, namespace, attempt))
+
+
+async def test_upstreams_controller_finishes_what_ours_left_half_adopted(
+    client: Client,
+    namespace: str,
+    cluster: DevCluster,
+    tmp_path: Path,
+    upstream_controller: Path,
+) -> None:
+    """About 40 s (as above, the other way round): ours is killed mid-burst, upstream's
+    controller finishes; what ours left must be something upstream's protocol completes."""
+
+    async def attempt(ns: str) -> str:
+        return await _switch(client, cluster, ns, tmp_path, [], [str(upstream_controller)])
+
+    print("\n" + await kill_in_flight(cluster, namespace, attempt))
