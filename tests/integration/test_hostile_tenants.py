@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import signal
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,8 @@ async def test_a_nested_migration_annotation_stops_no_controller(
 
 # ----------------------------------------------------------------------- forged owners
 CLAIMS = ("x0", "x1", "x2", "x3")
+LATE = "late"  # a claim first served while the attack runs
+LATE_ROUND = 3
 FORGE_SECONDS = 5.0  # per controller process: 10 s in all
 CADENCE = 0.2
 
@@ -147,22 +151,36 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
     return next((r.get("uid") for r in refs if r.get("controller")), None)
 
 
+@contextlib.contextmanager
+def garbage_collector_paused(cluster: DevCluster) -> Iterator[None]:
+    """kube-controller-manager (the garbage collector) stopped with SIGSTOP, resumed at exit."""
+    component = cluster.components["kube-controller-manager"]
+    assert component.proc is not None, "the session's control plane was not started by us"
+    os.kill(component.proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(component.proc.pid, signal.SIGCONT)
+
+
 async def test_forged_owners_in_another_namespace_change_nothing(
     cluster: DevCluster, tmp_path: Path
 ) -> None:
     """security review #1: a user in namespace B re-applies, every 200 ms for 10 s, Sandboxes
     whose controller reference names a claim of namespace A by its UID (with a second, valid
-    owner in B, a ConfigMap, so the garbage collector strips the forged reference but keeps the
-    sandbox), and one naming A's warm pool; A's claims are touched every round and the
-    controller restarts once. Every version of each claim seen keeps its sandbox (name and UID)
-    and its pod IPs; no sandbox of A is created or deleted; the pool's status and members stay.
+    owner in B, a ConfigMap, so the garbage collector would keep the sandbox), and one naming
+    A's warm pool; A's claims are touched every round and the controller restarts once. Every
+    version of each claim seen keeps its sandbox (name and UID) and never shows B's pod IPs; a
+    claim of A first served during the attack gets a sandbox of its own in A; no sandbox of A
+    is created or deleted; the pool's status and members stay.
 
-    Four claims, because before the fix which of the two "owned" sandboxes a claim kept was the
-    order of a set of keys. Caveat: this test did NOT fail against the code before the fix in
-    the one run made there: the garbage collector strips the forged reference within
-    milliseconds, so a claim's pass saw it in the cache only twice in 35 rounds, and both times
-    the real sandbox was kept. tests/unit/controllers/claim/test_tenancy.py and
-    tests/unit/controllers/warmpool/test_tenancy.py fail before the fix deterministically.
+    The garbage collector strips a cross-namespace owner reference within milliseconds, so an
+    attacker re-applying it wins only part of the time; this test takes the timing out of it
+    (no real-time luck): kube-controller-manager is paused (SIGSTOP) while the attack runs, as
+    if every re-apply landed before the collector's strip. With that, the code before the fix
+    (a controller-UID index without the namespace) fails deterministically: the claim served
+    during the attack names B's sandbox and pod IPs. Four claims served before, because which
+    of two "owned" sandboxes such code kept was the order of a set of keys.
     Runs ~30-40 s: the claims and the pool made Ready, 10 s of forging, two controller
     start-ups and a quiet period after."""
     log = tmp_path / "controller.log"
@@ -188,6 +206,7 @@ async def test_forged_owners_in_another_namespace_change_nothing(
         alice_events: list[tuple[str, str, str]] = []  # (event, name, uid)
         pool_replicas: list[Any] = []
         forged_seen: list[str] = []  # names of B sandboxes seen carrying a forged controller
+        b_pod_ips: set[str] = set()  # every pod IP a sandbox of B ever showed
         watches = [
             Informer(client, SANDBOX_CLAIMS, alice),
             Informer(client, SANDBOXES, alice),
@@ -205,6 +224,12 @@ async def test_forged_owners_in_another_namespace_change_nothing(
                 c["metadata"]["name"]: c
                 for c in await wait_claims_ready(client, alice, set(CLAIMS), within=60)
             }
+            # served only once the attack is on: its template comes during the forging
+            late = await client.create(
+                SANDBOX_CLAIMS,
+                claim_body(LATE, sandboxTemplateRef={"name": "tpl-late"}, warmpool="none"),
+                alice,
+            )
             members = await wait_ready_pool(client, alice, "pool", 1)
             baseline = {n: c["status"]["sandbox"] for n, c in claims.items()}
             assert all(sb.get("podIPs") for sb in baseline.values()), baseline
@@ -216,10 +241,13 @@ async def test_forged_owners_in_another_namespace_change_nothing(
                 )
                 for name in CLAIMS
             }
+            forged[LATE] = sandbox_body(
+                LATE, [owner(late, controller=True), owner(anchor, controller=False)]
+            )
             forged["pool"] = sandbox_body(
                 "pool", [owner(pool, controller=True), owner(anchor, controller=False)]
             )
-            forged_uids = {c["metadata"]["uid"] for c in claims.values()} | {
+            forged_uids = {c["metadata"]["uid"] for c in [*claims.values(), late]} | {
                 pool["metadata"]["uid"]
             }
 
@@ -239,6 +267,7 @@ async def test_forged_owners_in_another_namespace_change_nothing(
             )
 
             def on_forged(*objs: dict[str, Any]) -> None:
+                b_pod_ips.update((objs[-1].get("status") or {}).get("podIPs") or ())
                 if controller_uid(objs[-1]) in forged_uids:
                     forged_seen.append(objs[-1]["metadata"]["name"])
 
@@ -276,15 +305,20 @@ async def test_forged_owners_in_another_namespace_change_nothing(
                 for name in CLAIMS:
                     touch = {"metadata": {"annotations": {"example.com/touched": str(i)}}}
                     await client.patch(SANDBOX_CLAIMS, name, touch, alice)
+                if i == LATE_ROUND:  # B's forged sandboxes are in every cache by now
+                    await client.create(SANDBOX_TEMPLATES, template_body("tpl-late"), alice)
                 return True
 
-            await stays(forge, for_=FORGE_SECONDS, interval=CADENCE, what="forging")
+            with garbage_collector_paused(cluster):
+                await stays(forge, for_=FORGE_SECONDS, interval=CADENCE, what="forging")
             assert first.poll() is None, "the first controller exited"
         with controller_process(cluster, log) as second:
-            await stays(forge, for_=FORGE_SECONDS, interval=CADENCE, what="forging")
+            with garbage_collector_paused(cluster):
+                await stays(forge, for_=FORGE_SECONDS, interval=CADENCE, what="forging")
             await stays(  # a quiet period: the restarted controller has passed over all
                 lambda: second.poll() is None, for_=3.0, what="the controller running"
             )
+            (late_now,) = await wait_claims_ready(client, alice, {LATE}, within=30)
         now = {sb["metadata"]["name"]: sb for sb in (await client.list(SANDBOXES, alice)).items}
         replaced = [n for n in CLAIMS if n not in now or now[n]["metadata"]["uid"] != own[n]]
         assert replaced == [], f"claim sandboxes of A deleted or replaced: {replaced}"
@@ -294,10 +328,16 @@ async def test_forged_owners_in_another_namespace_change_nothing(
             f"{len(claim_versions)} claim versions, {len(pool_replicas)} pool versions"
         )
         assert set(forged_seen) >= {*CLAIMS, "pool"}, f"the attack never landed: {forged_seen}"
-        wrong = [(n, sb) for n, sb in claim_versions if sb != baseline[n]]
+        wrong = [(n, sb) for n, sb in claim_versions if n != LATE and sb != baseline[n]]
         assert wrong == [], f"claim status changed: {wrong[:3]}"
+        assert b_pod_ips, "B's sandboxes never got pod IPs: the attack had nothing to leak"
+        leaked = [(n, sb) for n, sb in claim_versions if set(sb.get("podIPs") or ()) & b_pod_ips]
+        assert leaked == [], f"a claim of A showed the pod IPs of B's sandbox: {leaked[:3]}"
+        mine = await client.get(SANDBOXES, late_now["status"]["sandbox"]["name"], alice)
+        assert controller_uid(mine) == late["metadata"]["uid"], mine["metadata"]
         assert len(claim_versions) >= len(CLAIMS) * 10  # the touches were seen
-        assert alice_events == [], f"sandboxes of A created or deleted: {alice_events}"
+        created_late = [("ADDED", LATE, mine["metadata"]["uid"])]
+        assert alice_events == created_late, f"sandboxes of A created or deleted: {alice_events}"
         assert set(pool_replicas) <= {1}, pool_replicas
         assert pool_now["status"]["replicas"] == 1
         still = {
