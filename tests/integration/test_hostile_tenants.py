@@ -146,6 +146,10 @@ def owner(obj: dict[str, Any], *, controller: bool) -> dict[str, Any]:
     }
 
 
+def sandbox_of(claim: dict[str, Any]) -> dict[str, Any]:
+    return dict((claim.get("status") or {}).get("sandbox") or {})
+
+
 def controller_uid(obj: dict[str, Any]) -> str | None:
     refs = obj["metadata"].get("ownerReferences") or []
     return next((r.get("uid") for r in refs if r.get("controller")), None)
@@ -252,8 +256,8 @@ async def test_forged_owners_in_another_namespace_change_nothing(
             }
 
             watches[0].add_handler(
-                lambda c: claim_versions.append((c["metadata"]["name"], c["status"]["sandbox"])),
-                lambda _, c: claim_versions.append((c["metadata"]["name"], c["status"]["sandbox"])),
+                lambda c: claim_versions.append((c["metadata"]["name"], sandbox_of(c))),
+                lambda _, c: claim_versions.append((c["metadata"]["name"], sandbox_of(c))),
             )
             watches[1].add_handler(
                 None,
