@@ -75,6 +75,7 @@ from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.errors import Conflict, KubeError, NotFound
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.predicate import GenerationChangedPredicate
 from agentsandbox.kube.reconcile import RETRY_WITHIN, Request, Result
 from agentsandbox.kube.resources import NETWORKPOLICIES
 from agentsandbox.kube.store import KubeObject
@@ -325,11 +326,13 @@ class ClaimReconciler:
 
     async def _retire(self, claim: KubeObject) -> KubeObject | None:
         """Retain: delete the claim's sandbox, never another's (upstream's ``reconcileExpired``;
-        docs/design/claim.md, "Retiring the sandbox")."""
+        docs/design/claim.md, "Retiring the sandbox"). Read from the cache only: a sandbox the
+        cache does not show yet re-queues the claim when it appears (the claim controller owns
+        Sandboxes), so an expired claim with nothing left costs no API call."""
         meta = claim["metadata"]
         ns = meta["namespace"]
         name = ((claim.get("status") or {}).get("sandbox") or {}).get("name") or meta["name"]
-        sb = await self.writer.lookup(SANDBOXES, self.sandboxes, name, ns)
+        sb = self.sandboxes.get(name, ns)
         if sb is None:
             return None
         if not _controlled_by(sb, meta["uid"]):
@@ -444,7 +447,13 @@ def setup(
         .named(CONTROLLER_NAME)
         .for_(SANDBOX_CLAIMS)
         .owns(SANDBOXES)
-        .watches(SANDBOX_WARM_POOLS, reconciler.claims_for_pool)
+        # claims never wait on a pool's status (warm sandboxes reach them through the warm
+        # queue): only a pool's creation, deletion or spec change re-queues its claims
+        .watches(
+            SANDBOX_WARM_POOLS,
+            reconciler.claims_for_pool,
+            predicates=[GenerationChangedPredicate()],
+        )
         .watches(SANDBOX_TEMPLATES, reconciler.claims_for_template)
         .workers(workers)
         .complete(reconciler)

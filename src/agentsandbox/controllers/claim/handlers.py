@@ -8,7 +8,13 @@ appears or changes.
 
 from __future__ import annotations
 
-from agentsandbox.controllers.claim.plan import adoptable, claim_source, pool_owner
+from agentsandbox.api.conditions import find_condition
+from agentsandbox.controllers.claim.plan import (
+    REASON_CLAIM_EXPIRED,
+    adoptable,
+    claim_source,
+    pool_owner,
+)
 from agentsandbox.controllers.claim.warm_index import WarmQueue
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.reconcile import Request
@@ -37,11 +43,14 @@ def pool_template_index(pool: KubeObject) -> list[str]:
 
 
 def unbound(claim: KubeObject) -> bool:
-    """A live claim whose status names no sandbox yet."""
+    """A live claim whose status names no sandbox yet, and that may still get one: an expired
+    claim (its Ready says ``ClaimExpired``) waits for nothing from a pool or template."""
     meta = claim["metadata"]
-    return not meta.get("deletionTimestamp") and not (
-        ((claim.get("status") or {}).get("sandbox") or {}).get("name")
-    )
+    status = claim.get("status") or {}
+    if meta.get("deletionTimestamp") or (status.get("sandbox") or {}).get("name"):
+        return False
+    ready = find_condition(status.get("conditions"), "Ready")
+    return ready is None or ready.get("reason") != REASON_CLAIM_EXPIRED
 
 
 class ClaimWatches:
