@@ -272,11 +272,13 @@ class ClaimReconciler:
         self, key: str, claim: KubeObject, sandbox: KubeObject | None, now: float
     ) -> None:
         """The claim's Ready just turned True: record the startup latencies once, and persist
-        the guard annotations so that no restart or other replica counts it again."""
+        the guard annotations so that no flap, restart or other replica counts it again. The
+        guards are written with the observability annotations off too: that switch leaves out
+        only the first-observed annotation."""
         self._observed.pop(key, None)
         annotations = claim_metrics.first_ready_annotations(claim, now)
         claim_metrics.observe_first_ready(claim, sandbox, now)
-        if not self.observability_annotations or not annotations:
+        if not annotations:
             return
         meta = claim["metadata"]
         try:
