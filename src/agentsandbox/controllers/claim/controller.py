@@ -45,9 +45,8 @@ from agentsandbox.controllers.claim import metrics as claim_metrics
 from agentsandbox.controllers.claim import tracing
 from agentsandbox.controllers.claim.act import (
     ClaimProvider,
-    _controlled_by,
 )
-from agentsandbox.controllers.claim.handlers import ClaimWatches
+from agentsandbox.controllers.claim.handlers import OWNER_INDEX, ClaimWatches
 from agentsandbox.controllers.claim.plan import (
     EVENT_CLAIM_EXPIRED,
     EVENT_QUOTA_EXCEEDED,
@@ -63,6 +62,7 @@ from agentsandbox.controllers.claim.plan import (
     ClaimFailure,
     claim_status,
     expiry,
+    pick_kept,
     ready_condition,
     shutdown_policy,
     status_patch,
@@ -327,32 +327,36 @@ class ClaimReconciler:
             )
 
     async def _retire(self, claim: KubeObject) -> KubeObject | None:
-        """Retain: delete the claim's sandbox, never another's (upstream's ``reconcileExpired``;
-        docs/design/claim.md, "Retiring the sandbox"). Read from the cache only: a sandbox the
-        cache does not show yet re-queues the claim when it appears (the claim controller owns
-        Sandboxes), so an expired claim with nothing left costs no API call."""
+        """Retain: delete every sandbox the claim controls (found by its UID, whatever their
+        names), never another's (upstream's ``reconcileExpired``; docs/design/claim.md,
+        "Retiring the sandbox"). Read from the cache only: a sandbox the cache does not show
+        yet re-queues the claim when it appears (the claim controller owns Sandboxes), so an
+        expired claim with nothing left costs no API call. Returns the one its status names
+        (else the one kept by :func:`pick_kept`), None when it controls none."""
         meta = claim["metadata"]
         ns = meta["namespace"]
         name = ((claim.get("status") or {}).get("sandbox") or {}).get("name") or meta["name"]
-        sb = self.sandboxes.get(name, ns)
-        if sb is None:
+        owned = self.sandboxes.by_index(OWNER_INDEX, f"{ns}/{meta['uid']}")
+        if not owned:
+            if self.sandboxes.get(name, ns) is not None:  # someone else's
+                raise ClaimFailure(
+                    SANDBOX_NOT_OWNED,
+                    f'sandbox not owned by this claim: sandbox "{name}" is not owned by claim '
+                    f'"{meta["name"]}"',
+                )
             return None
-        if not _controlled_by(sb, meta["uid"]):
-            raise ClaimFailure(
-                SANDBOX_NOT_OWNED,
-                f'sandbox not owned by this claim: sandbox "{name}" is not owned by claim '
-                f'"{meta["name"]}"',
-            )
-        if not sb["metadata"].get("deletionTimestamp"):
-            with contextlib.suppress(NotFound):
+        for sb in owned:
+            if sb["metadata"].get("deletionTimestamp"):
+                continue
+            with contextlib.suppress(NotFound, Conflict):
                 await self.client.delete(
                     SANDBOXES,
-                    name,
+                    sb["metadata"]["name"],
                     ns,
                     uid=sb["metadata"]["uid"],
                     propagation_policy="Background",
                 )
-        return sb
+        return dict(pick_kept(owned, name))
 
     # ---------------------------------------------------------------- writes
     async def write_first_observed(
