@@ -43,9 +43,7 @@ from agentsandbox.api.resources import (
 )
 from agentsandbox.controllers.claim import metrics as claim_metrics
 from agentsandbox.controllers.claim import tracing
-from agentsandbox.controllers.claim.act import (
-    ClaimProvider,
-)
+from agentsandbox.controllers.claim.act import ClaimProvider
 from agentsandbox.controllers.claim.handlers import OWNER_INDEX, ClaimWatches
 from agentsandbox.controllers.claim.plan import (
     EVENT_CLAIM_EXPIRED,
