@@ -14,6 +14,7 @@ from agentsandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOLS,
+    SANDBOXES,
 )
 from agentsandbox.controllers.claim.controller import setup
 from agentsandbox.kube.controller import Controller
@@ -144,3 +145,81 @@ async def test_an_idle_pass_of_an_expired_retain_claim_makes_no_api_call() -> No
     h.api.calls.clear()
     assert await h.reconcile() is None
     assert h.api.calls == [], "an idle expired claim still reads from the API"
+
+
+# ------------------------------------------------------------------------------------ sandboxes
+def _owned_sandbox(claim: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "agents.x-k8s.io/v1beta1",
+        "kind": "Sandbox",
+        "metadata": {
+            "name": "sb",
+            "namespace": NS,
+            "labels": {"team": "a"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                    "kind": "SandboxClaim",
+                    "name": claim["metadata"]["name"],
+                    "uid": claim["metadata"]["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"replicas": 1},
+        "status": {
+            "podIPs": ["10.0.0.1"],
+            "conditions": [
+                {"type": "Ready", "status": "False", "reason": "DependenciesNotReady"},
+                {"type": "Suspended", "status": "False", "reason": "Running"},
+            ],
+        },
+    }
+
+
+def _changed(sb: dict[str, Any], change: Any) -> dict[str, Any]:
+    new = copy.deepcopy(sb)
+    change(new)
+    return new
+
+
+def _condition(sb: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in sb["status"]["conditions"] if c["type"] == kind)
+
+
+def test_only_sandbox_changes_a_claim_reads_re_queue_its_claim() -> None:
+    """claim review note 15: the claim reads an owned Sandbox's Ready and Finished conditions,
+    pod IPs, deletion and owner; a write that changes none of them (labels, annotations,
+    spec, another condition) re-queues nothing. Creates and deletes always do."""
+    host, controller = wired()
+    c = _put(host, SANDBOX_CLAIMS, claim_v1beta1("mine"))
+    sb = _put(host, SANDBOXES, _owned_sandbox(c))
+    assert waiting(controller) == {Request(NS, "mine")}, "a create re-queues the claim"
+    quiet = {
+        "labels": lambda s: s["metadata"]["labels"].update(team="b"),
+        "annotations": lambda s: s["metadata"].setdefault("annotations", {}).update(a="1"),
+        "spec": lambda s: s["spec"].update(replicas=0),
+        "generation": lambda s: s["metadata"].update(generation=7),
+        "another condition": lambda s: _condition(s, "Suspended").update(status="True"),
+    }
+    for what, change in quiet.items():
+        sb = _put(host, SANDBOXES, _changed(sb, change))
+        assert waiting(controller) == set(), f"a {what} change re-queued the claim"
+    loud = {
+        "Ready": lambda s: _condition(s, "Ready").update(status="True", reason="Ready"),
+        "Ready message": lambda s: _condition(s, "Ready").update(message="expired"),
+        "Finished": lambda s: s["status"]["conditions"].append(
+            {"type": "Finished", "status": "True", "reason": "PodSucceeded"}
+        ),
+        "podIPs": lambda s: s["status"].update(podIPs=["10.0.0.2"]),
+        "deletion": lambda s: s["metadata"].update(deletionTimestamp="2027-01-01T00:00:00Z"),
+        "owner": lambda s: s["metadata"].update(ownerReferences=[]),
+    }
+    for what, change in loud.items():
+        sb = _put(host, SANDBOXES, _changed(sb, change))
+        assert waiting(controller) == {Request(NS, "mine")}, f"a {what} change was dropped"
+        if what == "owner":  # released: the claim lost it; give it back for the delete below
+            sb = _put(host, SANDBOXES, _owned_sandbox(c) | {"status": sb["status"]})
+            waiting(controller)
+    host.informers[SANDBOXES].remove(sb)
+    assert waiting(controller) == {Request(NS, "mine")}, "a delete re-queues the claim"
