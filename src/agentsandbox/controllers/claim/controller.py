@@ -44,7 +44,11 @@ from agentsandbox.api.resources import (
 from agentsandbox.controllers.claim import metrics as claim_metrics
 from agentsandbox.controllers.claim import tracing
 from agentsandbox.controllers.claim.act import ClaimProvider
-from agentsandbox.controllers.claim.handlers import OWNER_INDEX, ClaimWatches
+from agentsandbox.controllers.claim.handlers import (
+    OWNER_INDEX,
+    ClaimWatches,
+    sandbox_change_matters,
+)
 from agentsandbox.controllers.claim.plan import (
     EVENT_CLAIM_EXPIRED,
     EVENT_QUOTA_EXCEEDED,
@@ -73,7 +77,7 @@ from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.errors import Conflict, KubeError, NotFound
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
-from agentsandbox.kube.predicate import GenerationChangedPredicate
+from agentsandbox.kube.predicate import GenerationChangedPredicate, PredicateFuncs
 from agentsandbox.kube.reconcile import RETRY_WITHIN, Request, Result
 from agentsandbox.kube.resources import NETWORKPOLICIES
 from agentsandbox.kube.store import KubeObject
@@ -450,7 +454,8 @@ def setup(
         ControllerBuilder(mgr)
         .named(CONTROLLER_NAME)
         .for_(SANDBOX_CLAIMS)
-        .owns(SANDBOXES)
+        # only the changes of an owned Sandbox that the claim reads
+        .owns(SANDBOXES, predicates=[PredicateFuncs(on_update=sandbox_change_matters)])
         # claims never wait on a pool's status (warm sandboxes reach them through the warm
         # queue): only a pool's creation, deletion or spec change re-queues its claims
         .watches(

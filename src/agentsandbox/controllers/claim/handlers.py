@@ -42,6 +42,29 @@ def pool_template_index(pool: KubeObject) -> list[str]:
     return _ns_key(pool, ((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name"))
 
 
+def _condition(sb: KubeObject, kind: str) -> object:
+    return find_condition((sb.get("status") or {}).get("conditions"), kind)
+
+
+def sandbox_change_matters(old: KubeObject, new: KubeObject) -> bool:
+    """An update of a claim-owned Sandbox that the claim reads: its Ready or Finished condition
+    (each compared in full: an expiry shows only in Ready's reason), its pod IPs, the start of
+    its deletion, or its owner references (an adoption, a release). Labels, annotations, spec
+    and other conditions are not read by the claim, so their writes re-queue nothing."""
+    o_meta, n_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    if bool(o_meta.get("deletionTimestamp")) != bool(n_meta.get("deletionTimestamp")):
+        return True
+    if (o_meta.get("ownerReferences") or []) != (n_meta.get("ownerReferences") or []):
+        return True
+    if ((old.get("status") or {}).get("podIPs") or []) != (
+        (new.get("status") or {}).get("podIPs") or []
+    ):
+        return True
+    return any(
+        _condition(old, kind) != _condition(new, kind) for kind in ("Ready", "Finished")
+    )
+
+
 def unbound(claim: KubeObject) -> bool:
     """A live claim whose status names no sandbox yet, and that may still get one: an expired
     claim (its Ready says ``ClaimExpired``) waits for nothing from a pool or template."""
