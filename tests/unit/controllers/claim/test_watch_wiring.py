@@ -17,6 +17,7 @@ from agentsandbox.api.resources import (
     SANDBOXES,
 )
 from agentsandbox.controllers.claim.controller import setup
+from agentsandbox.controllers.claim.handlers import ClaimWatches
 from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.reconcile import Request
 from agentsandbox.kube.resources import Resource
@@ -27,6 +28,7 @@ from tests.unit.controllers.claim.test_controller import (
     claim_v1alpha1,
     claim_v1beta1,
     pool,
+    pool_sandbox,
     template,
 )
 from tests.unit.fakes import FakeApi, FakeInformer, FakeRecorder
@@ -223,3 +225,45 @@ def test_only_sandbox_changes_a_claim_reads_re_queue_its_claim() -> None:
             waiting(controller)
     host.informers[SANDBOXES].remove(sb)
     assert waiting(controller) == {Request(NS, "mine")}, "a delete re-queues the claim"
+
+
+# ------------------------------------------------------------------------------------ templates
+class ListCountingInformer(FakeInformer):
+    """A fake informer that counts full scans of its cache."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scans = 0
+
+    def list(self) -> list[dict[str, Any]]:
+        self.scans += 1
+        return super().list()
+
+
+def test_a_template_coming_back_requeues_its_pools_members_without_scanning_every_sandbox() -> None:
+    """claim review note 15: when a template (re)appears, its pools' adoptable sandboxes go back
+    on the warm queue, found through the pools' owner index, not a scan of every sandbox."""
+    api = FakeApi()
+    scanning, pools, templates = ListCountingInformer(), FakeInformer(), FakeInformer()
+    watches = ClaimWatches(FakeInformer(), scanning, pools, templates)  # type: ignore[arg-type]
+
+    def seeded(informer: FakeInformer, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
+        stored = api.seed(plural, obj)
+        informer.put(stored)
+        return stored
+
+    t = seeded(templates, SANDBOX_TEMPLATES.plural, template())
+    other_tpl = seeded(templates, SANDBOX_TEMPLATES.plural, template("other-tpl"))
+    p = seeded(pools, SANDBOX_WARM_POOLS.plural, pool())
+    other = seeded(pools, SANDBOX_WARM_POOLS.plural, pool("other", tpl="other-tpl"))
+    members = [seeded(scanning, SANDBOXES.plural, pool_sandbox(p, t)) for _ in range(2)]
+    for _ in range(50):
+        seeded(scanning, SANDBOXES.plural, pool_sandbox(other, other_tpl))
+    key = (NS, "pool")
+    assert watches.queue.size(key) == 2
+    templates.remove(t)
+    assert watches.queue.size(key) == 0
+    scanning.scans = 0
+    templates.put(t)
+    assert sorted(watches.queue.names(key)) == sorted(m["metadata"]["name"] for m in members)
+    assert scanning.scans == 0, "a template add scanned every sandbox"
