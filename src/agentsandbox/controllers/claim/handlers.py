@@ -122,14 +122,16 @@ class ClaimWatches:
             self._pool_deleted(pool)
 
     def _template_added(self, template: KubeObject) -> None:
-        """A template (re)appeared: queue its pools' adoptable sandboxes again."""
-        names = {p["metadata"]["name"] for p in self.pools_of_template(template)}
+        """A template (re)appeared: queue its pools' adoptable sandboxes again (each pool's
+        members through the controller-UID index, never a scan of every sandbox)."""
         ns = template["metadata"].get("namespace", "")
-        if not names:
-            return
-        for sb in self.sandboxes.list():
-            if sb["metadata"].get("namespace") == ns and pool_owner(sb) in names:
-                self._track(sb)
+        for pool in self.pools_of_template(template):
+            name, uid = pool["metadata"]["name"], pool["metadata"].get("uid")
+            if not uid:
+                continue
+            for sb in self.sandboxes.by_index(OWNER_INDEX, f"{ns}/{uid}"):
+                if pool_owner(sb) == name:
+                    self._track(sb)
 
     # ---------------------------------------------------------------- mapping
     def claims_for_pool(self, pool: KubeObject) -> list[Request]:
