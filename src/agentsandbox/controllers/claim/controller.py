@@ -118,7 +118,8 @@ class ClaimReconciler:
         self.observability_annotations = observability_annotations
         self.networkpolicies = networkpolicies
         # "<ns>/<claim>" -> (claim UID, when this process first saw it): the controller-measured
-        # start of a claim until its first Ready (upstream's observedTimes)
+        # start of a claim not yet annotated with it, until its first Ready or its deletion
+        # (upstream's observedTimes)
         self._observed: dict[str, tuple[str, float]] = {}
         self.claims = claims
         self.sandboxes = sandboxes
@@ -254,12 +255,19 @@ class ClaimReconciler:
     ) -> tuple[KubeObject, dict[str, str] | None]:
         """The claim with its controller-first-observed-at annotation (the persisted one, else
         when this process first saw it), and that annotation when the claim does not carry it
-        yet (None when it does)."""
+        yet (None when it does).
+
+        This process remembers when it first saw a claim only while that is the sole record
+        of it and the claim's first Ready is still to come: not once the annotation is on the
+        claim, nor for a claim already Ready or already counted."""
         uid = claim["metadata"]["uid"]
         seen = self._observed.get(key)
-        if seen is None or seen[0] != uid:
-            seen = self._observed[key] = (uid, now)
-        added = claim_metrics.controller_first_observed(claim, seen[1])
+        start = seen[1] if seen is not None and seen[0] == uid else now
+        added = claim_metrics.controller_first_observed(claim, start)
+        if added and _ready_status(claim) != "True" and not claim_metrics.already_recorded(claim):
+            self._observed[key] = (uid, start)
+        else:
+            self._observed.pop(key, None)
         if not added:
             return claim, None
         meta = claim["metadata"]

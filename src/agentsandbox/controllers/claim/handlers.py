@@ -60,9 +60,7 @@ def sandbox_change_matters(old: KubeObject, new: KubeObject) -> bool:
         (new.get("status") or {}).get("podIPs") or []
     ):
         return True
-    return any(
-        _condition(old, kind) != _condition(new, kind) for kind in ("Ready", "Finished")
-    )
+    return any(_condition(old, kind) != _condition(new, kind) for kind in ("Ready", "Finished"))
 
 
 def unbound(claim: KubeObject) -> bool:
