@@ -213,9 +213,10 @@ class ClaimReconciler:
             if failure.reason in (REASON_TEMPLATE_NOT_FOUND, REASON_WARM_POOL_NOT_FOUND):
                 requeues.append(MISSING_RECHECK)
             elif failure.reason == REASON_QUOTA_EXCEEDED:
-                self.writer.event(
-                    claim, "Warning", EVENT_QUOTA_EXCEEDED, failure.message, "Provisioning"
-                )
+                if written and _ready_reason(claim) != REASON_QUOTA_EXCEEDED:  # once per spell
+                    self.writer.event(
+                        claim, "Warning", EVENT_QUOTA_EXCEEDED, failure.message, "Provisioning"
+                    )
                 requeues.append(QUOTA_RECHECK)
         if not written:
             requeues.append(CONFLICT_RECHECK)
