@@ -194,6 +194,8 @@ def adoption_patch(sb: Obj, claim: Obj, template: Obj | None) -> dict[str, Any]:
       (409) if anyone changed the sandbox since, e.g. another claim adopting it;
     - the claim becomes the only owner (controller, blockOwnerDeletion); the pool lets go;
     - the pool labels go, ``claim-uid`` comes; ``pod-name`` names the sandbox's pod;
+    - ``created-by`` becomes the claim's, or goes when the claim has none (on the sandbox and
+      its pod template);
     - the pod template metadata becomes the claimed one (:func:`claimed_pod_metadata`), which
       the Sandbox controller then carries to the running pod. The PodSpec is not touched.
     """
@@ -202,7 +204,9 @@ def adoption_patch(sb: Obj, claim: Obj, template: Obj | None) -> dict[str, Any]:
     new_labels = {k: v for k, v in labels.items() if k not in POOL_LABELS}
     new_labels[keys.LABEL_CLAIM_UID] = claim["metadata"]["uid"]
     new_labels[keys.LABEL_LAUNCH_TYPE] = keys.LAUNCH_TYPE_WARM
-    new_labels.update(created_by_label(claim))  # replaces the pool's "controller", if set
+    # the claim's created-by, or none: the pool's "controller" never stays on a claimed sandbox
+    new_labels.pop(keys.LABEL_CREATED_BY, None)
+    new_labels.update(created_by_label(claim))
     annotations: dict[str, Any] = {}
     current_annotations = meta.get("annotations") or {}
     if current_annotations.get(keys.ANNOTATION_POD_NAME) != meta["name"]:
@@ -216,6 +220,10 @@ def adoption_patch(sb: Obj, claim: Obj, template: Obj | None) -> dict[str, Any]:
     pod_meta = claimed_pod_metadata(
         claim, template, _without_pool_eviction(current_pod_meta, template)
     )
+    pod_labels = {
+        k: v for k, v in (pod_meta.get("labels") or {}).items() if k != keys.LABEL_CREATED_BY
+    }
+    pod_meta = {**pod_meta, "labels": {**pod_labels, **created_by_label(claim)}}
     pod_patch: dict[str, Any] = {}
     for field in ("labels", "annotations"):
         diff = _map_patch(current_pod_meta.get(field), pod_meta.get(field) or {})
@@ -364,7 +372,12 @@ def cold_sandbox(claim: Obj, template: Obj) -> dict[str, Any]:
     if spec.get("env"):
         inject_env(pod_spec, spec["env"], str(tspec.get("envVarsInjectionPolicy") or ""))
     pod_template["spec"] = apply_sandbox_secure_defaults(template, pod_spec)
-    pod_template["metadata"] = claimed_pod_metadata(claim, template, None)
+    pod_meta = claimed_pod_metadata(claim, template, None)
+    # the pod carries the claim's created-by too, or none (whatever the template says)
+    pod_labels = {
+        k: v for k, v in (pod_meta.get("labels") or {}).items() if k != keys.LABEL_CREATED_BY
+    }
+    pod_template["metadata"] = {**pod_meta, "labels": {**pod_labels, **created_by_label(claim)}}
     annotations = {keys.ANNOTATION_SANDBOX_TEMPLATE_REF: template["metadata"]["name"]}
     trace = (meta.get("annotations") or {}).get(keys.ANNOTATION_TRACE_CONTEXT)
     if trace:

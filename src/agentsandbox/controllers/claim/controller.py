@@ -43,11 +43,12 @@ from agentsandbox.api.resources import (
 )
 from agentsandbox.controllers.claim import metrics as claim_metrics
 from agentsandbox.controllers.claim import tracing
-from agentsandbox.controllers.claim.act import (
-    ClaimProvider,
-    _controlled_by,
+from agentsandbox.controllers.claim.act import ClaimProvider
+from agentsandbox.controllers.claim.handlers import (
+    OWNER_INDEX,
+    ClaimWatches,
+    sandbox_change_matters,
 )
-from agentsandbox.controllers.claim.handlers import ClaimWatches
 from agentsandbox.controllers.claim.plan import (
     EVENT_CLAIM_EXPIRED,
     EVENT_QUOTA_EXCEEDED,
@@ -63,6 +64,7 @@ from agentsandbox.controllers.claim.plan import (
     ClaimFailure,
     claim_status,
     expiry,
+    pick_kept,
     ready_condition,
     shutdown_policy,
     status_patch,
@@ -75,6 +77,7 @@ from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.errors import Conflict, KubeError, NotFound
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
+from agentsandbox.kube.predicate import GenerationChangedPredicate, PredicateFuncs
 from agentsandbox.kube.reconcile import RETRY_WITHIN, Request, Result
 from agentsandbox.kube.resources import NETWORKPOLICIES
 from agentsandbox.kube.store import KubeObject
@@ -115,7 +118,8 @@ class ClaimReconciler:
         self.observability_annotations = observability_annotations
         self.networkpolicies = networkpolicies
         # "<ns>/<claim>" -> (claim UID, when this process first saw it): the controller-measured
-        # start of a claim until its first Ready (upstream's observedTimes)
+        # start of a claim not yet annotated with it, until its first Ready or its deletion
+        # (upstream's observedTimes)
         self._observed: dict[str, tuple[str, float]] = {}
         self.claims = claims
         self.sandboxes = sandboxes
@@ -209,9 +213,10 @@ class ClaimReconciler:
             if failure.reason in (REASON_TEMPLATE_NOT_FOUND, REASON_WARM_POOL_NOT_FOUND):
                 requeues.append(MISSING_RECHECK)
             elif failure.reason == REASON_QUOTA_EXCEEDED:
-                self.writer.event(
-                    claim, "Warning", EVENT_QUOTA_EXCEEDED, failure.message, "Provisioning"
-                )
+                if written and _ready_reason(claim) != REASON_QUOTA_EXCEEDED:  # once per spell
+                    self.writer.event(
+                        claim, "Warning", EVENT_QUOTA_EXCEEDED, failure.message, "Provisioning"
+                    )
                 requeues.append(QUOTA_RECHECK)
         if not written:
             requeues.append(CONFLICT_RECHECK)
@@ -251,12 +256,19 @@ class ClaimReconciler:
     ) -> tuple[KubeObject, dict[str, str] | None]:
         """The claim with its controller-first-observed-at annotation (the persisted one, else
         when this process first saw it), and that annotation when the claim does not carry it
-        yet (None when it does)."""
+        yet (None when it does).
+
+        This process remembers when it first saw a claim only while that is the sole record
+        of it and the claim's first Ready is still to come: not once the annotation is on the
+        claim, nor for a claim already Ready or already counted."""
         uid = claim["metadata"]["uid"]
         seen = self._observed.get(key)
-        if seen is None or seen[0] != uid:
-            seen = self._observed[key] = (uid, now)
-        added = claim_metrics.controller_first_observed(claim, seen[1])
+        start = seen[1] if seen is not None and seen[0] == uid else now
+        added = claim_metrics.controller_first_observed(claim, start)
+        if added and _ready_status(claim) != "True" and not claim_metrics.already_recorded(claim):
+            self._observed[key] = (uid, start)
+        else:
+            self._observed.pop(key, None)
         if not added:
             return claim, None
         meta = claim["metadata"]
@@ -271,11 +283,13 @@ class ClaimReconciler:
         self, key: str, claim: KubeObject, sandbox: KubeObject | None, now: float
     ) -> None:
         """The claim's Ready just turned True: record the startup latencies once, and persist
-        the guard annotations so that no restart or other replica counts it again."""
+        the guard annotations so that no flap, restart or other replica counts it again. The
+        guards are written with the observability annotations off too: that switch leaves out
+        only the first-observed annotation."""
         self._observed.pop(key, None)
         annotations = claim_metrics.first_ready_annotations(claim, now)
         claim_metrics.observe_first_ready(claim, sandbox, now)
-        if not self.observability_annotations or not annotations:
+        if not annotations:
             return
         meta = claim["metadata"]
         try:
@@ -324,30 +338,36 @@ class ClaimReconciler:
             )
 
     async def _retire(self, claim: KubeObject) -> KubeObject | None:
-        """Retain: delete the claim's sandbox, never another's (upstream's ``reconcileExpired``;
-        docs/design/claim.md, "Retiring the sandbox")."""
+        """Retain: delete every sandbox the claim controls (found by its UID, whatever their
+        names), never another's (upstream's ``reconcileExpired``; docs/design/claim.md,
+        "Retiring the sandbox"). Read from the cache only: a sandbox the cache does not show
+        yet re-queues the claim when it appears (the claim controller owns Sandboxes), so an
+        expired claim with nothing left costs no API call. Returns the one its status names
+        (else the one kept by :func:`pick_kept`), None when it controls none."""
         meta = claim["metadata"]
         ns = meta["namespace"]
         name = ((claim.get("status") or {}).get("sandbox") or {}).get("name") or meta["name"]
-        sb = await self.writer.lookup(SANDBOXES, self.sandboxes, name, ns)
-        if sb is None:
+        owned = self.sandboxes.by_index(OWNER_INDEX, f"{ns}/{meta['uid']}")
+        if not owned:
+            if self.sandboxes.get(name, ns) is not None:  # someone else's
+                raise ClaimFailure(
+                    SANDBOX_NOT_OWNED,
+                    f'sandbox not owned by this claim: sandbox "{name}" is not owned by claim '
+                    f'"{meta["name"]}"',
+                )
             return None
-        if not _controlled_by(sb, meta["uid"]):
-            raise ClaimFailure(
-                SANDBOX_NOT_OWNED,
-                f'sandbox not owned by this claim: sandbox "{name}" is not owned by claim '
-                f'"{meta["name"]}"',
-            )
-        if not sb["metadata"].get("deletionTimestamp"):
-            with contextlib.suppress(NotFound):
+        for sb in owned:
+            if sb["metadata"].get("deletionTimestamp"):
+                continue
+            with contextlib.suppress(NotFound, Conflict):
                 await self.client.delete(
                     SANDBOXES,
-                    name,
+                    sb["metadata"]["name"],
                     ns,
                     uid=sb["metadata"]["uid"],
                     propagation_policy="Background",
                 )
-        return sb
+        return dict(pick_kept(owned, name))
 
     # ---------------------------------------------------------------- writes
     async def write_first_observed(
@@ -443,8 +463,15 @@ def setup(
         ControllerBuilder(mgr)
         .named(CONTROLLER_NAME)
         .for_(SANDBOX_CLAIMS)
-        .owns(SANDBOXES)
-        .watches(SANDBOX_WARM_POOLS, reconciler.claims_for_pool)
+        # only the changes of an owned Sandbox that the claim reads
+        .owns(SANDBOXES, predicates=[PredicateFuncs(on_update=sandbox_change_matters)])
+        # claims never wait on a pool's status (warm sandboxes reach them through the warm
+        # queue): only a pool's creation, deletion or spec change re-queues its claims
+        .watches(
+            SANDBOX_WARM_POOLS,
+            reconciler.claims_for_pool,
+            predicates=[GenerationChangedPredicate()],
+        )
         .watches(SANDBOX_TEMPLATES, reconciler.claims_for_template)
         .workers(workers)
         .complete(reconciler)

@@ -8,7 +8,13 @@ appears or changes.
 
 from __future__ import annotations
 
-from agentsandbox.controllers.claim.plan import adoptable, claim_source, pool_owner
+from agentsandbox.api.conditions import find_condition
+from agentsandbox.controllers.claim.plan import (
+    REASON_CLAIM_EXPIRED,
+    adoptable,
+    claim_source,
+    pool_owner,
+)
 from agentsandbox.controllers.claim.warm_index import WarmQueue
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.reconcile import Request
@@ -36,12 +42,36 @@ def pool_template_index(pool: KubeObject) -> list[str]:
     return _ns_key(pool, ((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name"))
 
 
+def _condition(sb: KubeObject, kind: str) -> object:
+    return find_condition((sb.get("status") or {}).get("conditions"), kind)
+
+
+def sandbox_change_matters(old: KubeObject, new: KubeObject) -> bool:
+    """An update of a claim-owned Sandbox that the claim reads: its Ready or Finished condition
+    (each compared in full: an expiry shows only in Ready's reason), its pod IPs, the start of
+    its deletion, or its owner references (an adoption, a release). Labels, annotations, spec
+    and other conditions are not read by the claim, so their writes re-queue nothing."""
+    o_meta, n_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    if bool(o_meta.get("deletionTimestamp")) != bool(n_meta.get("deletionTimestamp")):
+        return True
+    if (o_meta.get("ownerReferences") or []) != (n_meta.get("ownerReferences") or []):
+        return True
+    if ((old.get("status") or {}).get("podIPs") or []) != (
+        (new.get("status") or {}).get("podIPs") or []
+    ):
+        return True
+    return any(_condition(old, kind) != _condition(new, kind) for kind in ("Ready", "Finished"))
+
+
 def unbound(claim: KubeObject) -> bool:
-    """A live claim whose status names no sandbox yet."""
+    """A live claim whose status names no sandbox yet, and that may still get one: an expired
+    claim (its Ready says ``ClaimExpired``) waits for nothing from a pool or template."""
     meta = claim["metadata"]
-    return not meta.get("deletionTimestamp") and not (
-        ((claim.get("status") or {}).get("sandbox") or {}).get("name")
-    )
+    status = claim.get("status") or {}
+    if meta.get("deletionTimestamp") or (status.get("sandbox") or {}).get("name"):
+        return False
+    ready = find_condition(status.get("conditions"), "Ready")
+    return ready is None or ready.get("reason") != REASON_CLAIM_EXPIRED
 
 
 class ClaimWatches:
@@ -90,14 +120,16 @@ class ClaimWatches:
             self._pool_deleted(pool)
 
     def _template_added(self, template: KubeObject) -> None:
-        """A template (re)appeared: queue its pools' adoptable sandboxes again."""
-        names = {p["metadata"]["name"] for p in self.pools_of_template(template)}
+        """A template (re)appeared: queue its pools' adoptable sandboxes again (each pool's
+        members through the controller-UID index, never a scan of every sandbox)."""
         ns = template["metadata"].get("namespace", "")
-        if not names:
-            return
-        for sb in self.sandboxes.list():
-            if sb["metadata"].get("namespace") == ns and pool_owner(sb) in names:
-                self._track(sb)
+        for pool in self.pools_of_template(template):
+            name, uid = pool["metadata"]["name"], pool["metadata"].get("uid")
+            if not uid:
+                continue
+            for sb in self.sandboxes.by_index(OWNER_INDEX, f"{ns}/{uid}"):
+                if pool_owner(sb) == name:
+                    self._track(sb)
 
     # ---------------------------------------------------------------- mapping
     def claims_for_pool(self, pool: KubeObject) -> list[Request]:

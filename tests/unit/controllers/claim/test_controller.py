@@ -276,7 +276,8 @@ def setup_pool(
 
 # ------------------------------------------------------------------------------------ warm path
 async def test_warm_claim_adopts_a_pool_sandbox_in_one_sandbox_write_and_one_status_write() -> None:
-    """With --disable-claim-observability-annotations: exactly one write each."""
+    """With --disable-claim-observability-annotations: exactly one write each, and the
+    first-Ready guard annotations after them."""
     h = Harness()
     h.r.observability_annotations = False
     _, _, sbs = setup_pool(h)
@@ -288,6 +289,7 @@ async def test_warm_claim_adopts_a_pool_sandbox_in_one_sandbox_write_and_one_sta
     assert h.api.writes() == [
         ("patch", "sandboxes", name),
         ("patch-status", "sandboxclaims", "claim"),
+        ("patch", "sandboxclaims", "claim"),
     ]
     sb = h.sandbox(name)
     meta = sb["metadata"]
@@ -758,7 +760,10 @@ async def test_fresh_reconciler_after_a_crash_between_the_two_writes_does_not_ad
     fresh.sync()
     fresh.api.calls.clear()
     await fresh.reconcile()
-    assert fresh.api.writes() == [("patch-status", "sandboxclaims", "claim")]
+    assert fresh.api.writes() == [
+        ("patch-status", "sandboxclaims", "claim"),
+        ("patch", "sandboxclaims", "claim"),  # the first-Ready guard annotations
+    ]
     assert fresh.claim()["status"]["sandbox"]["name"] == adopted
     assert len(fresh.owned_by(fresh.claim())) == 1
 

@@ -252,9 +252,13 @@ async def test_a_claim_that_carries_the_annotation_is_not_written_again() -> Non
     assert h.claim()["metadata"]["annotations"][OBSERVED] == "2027-01-15T07:59:59.5Z"
 
 
-async def test_without_observability_annotations_nothing_is_written_for_them() -> None:
+async def test_without_observability_annotations_only_the_first_ready_guards_are_written() -> None:
     h, api = warm_claim()
     h.r.observability_annotations = False
     await h.reconcile()
-    assert claim_writes(api) == [("patch", "sandboxes"), ("patch-status", "sandboxclaims")]
+    assert claim_writes(api) == [
+        ("patch", "sandboxes"),
+        ("patch-status", "sandboxclaims"),
+        ("patch", "sandboxclaims"),
+    ]
     assert OBSERVED not in (h.claim()["metadata"].get("annotations") or {})
