@@ -1,0 +1,75 @@
+"""Which pool sandbox a claim may adopt (docs/design/claim.md, "Candidates and the warm queue"),
+through the claim controller's harness (an in-memory API enforcing preconditions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentsandbox.api import keys
+from agentsandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
+from tests.unit.controllers.claim.test_controller import (
+    Harness,
+    claim_v1alpha1,
+    claim_v1beta1,
+    pool,
+    pool_sandbox,
+    template,
+)
+
+
+def rolled_pool(
+    h: Harness, *, strategy: str | None = None, members: int = 2
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A pool whose members were built from ``tpl-v1`` and that now names ``tpl-v2``."""
+    old = h.add(SANDBOX_TEMPLATES.plural, template("tpl-v1", image="v1"))
+    h.add(SANDBOX_TEMPLATES.plural, template("tpl-v2", image="v2"))
+    spec: dict[str, Any] = {"updateStrategy": {"type": strategy}} if strategy else {}
+    p = h.add(SANDBOX_WARM_POOLS.plural, pool("pool", "tpl-v2", **spec))
+    sbs = [h.add(SANDBOXES.plural, pool_sandbox(p, old)) for _ in range(members)]
+    return p, sbs
+
+
+async def test_pool_ref_claim_adopts_an_old_template_member_of_an_onreplenish_pool() -> None:
+    """claim review #2: a ``warmPoolRef`` claim takes a Ready member of its pool whatever
+    template it was built from; under OnReplenish the pool keeps such members and replaces them
+    from the new template only as they are adopted, so refusing them sends every claim cold and
+    the pool never refills."""
+    h = Harness()
+    _, sbs = rolled_pool(h)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    await h.reconcile()
+    name = h.claim()["status"]["sandbox"]["name"]
+    assert name in {s["metadata"]["name"] for s in sbs}, f"went cold: {name}"
+    labels = h.sandbox(name)["metadata"]["labels"]
+    assert labels[keys.LABEL_LAUNCH_TYPE] == keys.LAUNCH_TYPE_WARM
+    assert not [c for c in h.api.calls if c[:2] == ("create", SANDBOXES.plural)]
+
+
+async def test_template_named_claim_does_not_adopt_a_member_built_from_another_template() -> None:
+    """claim review #2 (companion): a 0.4.x claim names a template, so only sandboxes built
+    from that template serve it, whichever policy brought it to the pool."""
+    for warmpool in (None, "pool"):
+        h = Harness()
+        _, sbs = rolled_pool(h)
+        h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(tpl="tpl-v2", warmpool=warmpool))
+        await h.reconcile()
+        assert h.claim()["status"]["sandbox"]["name"] == "claim", warmpool
+        for sb in sbs:
+            owner = h.sandbox(sb["metadata"]["name"])["metadata"]["ownerReferences"][0]
+            assert owner["kind"] == "SandboxWarmPool", warmpool
+
+
+async def test_pool_ref_claim_does_not_adopt_an_old_template_member_of_a_recreate_pool() -> None:
+    """claim review #2 (companion): under Recreate a member of another template is stale (the
+    pool is deleting it), so a ``warmPoolRef`` claim goes cold rather than take it."""
+    h = Harness()
+    _, sbs = rolled_pool(h, strategy="Recreate")
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == "claim"
+    assert all(s["metadata"]["name"] not in h.r.queue for s in sbs)
