@@ -13,6 +13,7 @@ from agentsandbox.api.resources import (
     SANDBOXES,
 )
 from tests.unit.controllers.claim.test_controller import (
+    NS,
     Harness,
     claim_v1alpha1,
     claim_v1beta1,
@@ -72,4 +73,4 @@ async def test_pool_ref_claim_does_not_adopt_an_old_template_member_of_a_recreat
     h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
     await h.reconcile()
     assert h.claim()["status"]["sandbox"]["name"] == "claim"
-    assert all(s["metadata"]["name"] not in h.r.queue for s in sbs)
+    assert all((NS, s["metadata"]["name"]) not in h.r.queue for s in sbs), "stale: dropped"

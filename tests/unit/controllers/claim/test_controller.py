@@ -512,7 +512,7 @@ async def test_stale_sandbox_of_a_recreate_pool_is_not_handed_out() -> None:
     h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
     await h.reconcile()
     assert h.claim()["status"]["sandbox"]["name"] == fresh["metadata"]["name"]
-    assert old["metadata"]["name"] not in h.r.queue
+    assert (NS, old["metadata"]["name"]) not in h.r.queue
 
 
 async def test_queues_are_per_namespace_so_no_cross_namespace_candidate_is_seen() -> None:
