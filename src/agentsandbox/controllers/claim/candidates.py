@@ -1,7 +1,8 @@
 """Picking a warm pool sandbox for a claim: vet the queued candidates, take one off the queue.
 
-:class:`CandidatePicker` is the adoption step's view of the warm queue (:mod:`.warm_index`): it
-looks at the queues of the pools a claim may draw from, checks each queued name against the
+:class:`CandidatePicker` is the adoption step's view of the warm queue (:mod:`.warm_index`): for
+one adoption pass of one claim (:meth:`CandidatePicker.start`, an :class:`AdoptionPass`) it
+looks at the queues of the pools the claim may draw from, checks each queued name against the
 Sandbox cache (:func:`.plan.candidate_problem`), takes one off its queue, and puts a candidate
 back when an adoption write failed for a reason other than "gone" or "taken".
 Everything here is synchronous (no ``await``): two workers of this process never take the same
@@ -10,60 +11,93 @@ sandbox.
 
 from __future__ import annotations
 
+import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from agentsandbox.api.conditions import is_sandbox_ready
 from agentsandbox.api.gojson import GoJSONError
 from agentsandbox.api.hashing import pod_template_hash
-from agentsandbox.controllers.claim.plan import adoptable, candidate_problem, pool_owner
+from agentsandbox.controllers.claim.plan import (
+    adoptable,
+    candidate_problem,
+    claim_source,
+    pool_owner,
+)
 from agentsandbox.controllers.claim.warm_index import QueueKey, WarmQueue
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.store import KubeObject
 
-__all__ = ["SPREAD", "CandidatePicker"]
+__all__ = ["SPREAD", "AdoptionPass", "CandidatePicker"]
 
-SPREAD = 32  # Ready candidates among which a claim's UID picks (see CandidatePicker.pick)
+SPREAD = 32  # Ready candidates among which a claim's UID picks (see AdoptionPass.pick)
 
 
 class CandidatePicker:
     """Takes adoption candidates off the warm queue, vetted against the Sandbox cache."""
 
-    def __init__(self, sandboxes: Informer, queue: WarmQueue) -> None:
+    def __init__(
+        self, sandboxes: Informer, queue: WarmQueue, clock: Callable[[], float] = time.time
+    ) -> None:
         self.sandboxes = sandboxes
         self.queue = queue
+        self.clock = clock
 
-    @staticmethod
-    def pod_hash(template: KubeObject) -> str:
-        try:
-            return pod_template_hash((template.get("spec") or {}).get("podTemplate") or {})
-        except (GoJSONError, TypeError, ValueError):
-            return ""
-
-    def problem(
-        self,
-        sb: KubeObject,
-        ns: str,
-        template: KubeObject,
-        pools: Sequence[KubeObject],
-        pod_hash: str,
-    ) -> str | None:
-        """Why ``sb`` (a fresh copy, say) may not serve the claim, or None."""
-        return candidate_problem(sb, ns, template, self.pool_of(sb, pools), pod_hash)
+    def start(
+        self, claim: KubeObject, template: KubeObject, pools: Sequence[KubeObject]
+    ) -> AdoptionPass:
+        """One adoption pass of ``claim``: ``template`` is what it is served from, ``pools``
+        the pools it may draw from."""
+        return AdoptionPass(self, claim, template, pools)
 
     @staticmethod
     def pool_of(sb: KubeObject, pools: Sequence[KubeObject]) -> KubeObject | None:
         owner = pool_owner(sb)
         return next((p for p in pools if p["metadata"]["name"] == owner), None)
 
-    def pick(
+    def put_back(self, sb: KubeObject) -> None:
+        """Queue ``sb`` again (an adoption write failed and left it free); the next pick
+        re-vets it against the cache."""
+        owner = pool_owner(sb)
+        if owner:
+            self.queue.add((sb["metadata"]["namespace"], owner), sb["metadata"]["name"])
+
+
+def _pod_hash(template: KubeObject) -> str:
+    try:
+        return pod_template_hash((template.get("spec") or {}).get("podTemplate") or {})
+    except (GoJSONError, TypeError, ValueError):
+        return ""
+
+
+class AdoptionPass:
+    """The candidates of one adoption pass of one claim (:meth:`CandidatePicker.start`)."""
+
+    def __init__(
         self,
-        claim_uid: str,
+        picker: CandidatePicker,
+        claim: KubeObject,
         template: KubeObject,
         pools: Sequence[KubeObject],
-        pod_hash: str,
-        ns: str,
-    ) -> KubeObject | None:
+    ) -> None:
+        self.picker = picker
+        self.claim = claim
+        self.template = template
+        self.pools = list(pools)
+        self.ns: str = claim["metadata"]["namespace"]
+        self.by_pool_ref = claim_source(claim).by_pool_ref
+        self.pod_hash = _pod_hash(template)
+
+    def _problem(self, sb: KubeObject, pool: KubeObject | None) -> str | None:
+        return candidate_problem(
+            sb, self.ns, self.template, pool, self.pod_hash, by_pool_ref=self.by_pool_ref
+        )
+
+    def problem(self, sb: KubeObject) -> str | None:
+        """Why ``sb`` (a fresh copy, say) may not serve the claim, or None."""
+        return self._problem(sb, CandidatePicker.pool_of(sb, self.pools))
+
+    def pick(self) -> KubeObject | None:
         """Take a candidate off the queues: a Ready one if any, else the oldest not-Ready one.
 
         Among the oldest Ready candidates the choice is spread by the claim's UID: one process
@@ -71,19 +105,20 @@ class CandidatePicker:
         election off) then mostly try different sandboxes for different claims, and the same
         sandbox for the same claim, which the loser recognises as its own.
         """
+        queue, sandboxes = self.picker.queue, self.picker.sandboxes
         fallback: tuple[QueueKey, KubeObject] | None = None
         ready: list[tuple[QueueKey, KubeObject]] = []
-        for pool in pools:
-            qkey = (ns, pool["metadata"]["name"])
-            for name in self.queue.names(qkey):
-                sb = self.sandboxes.get(name, ns)
+        for pool in self.pools:
+            qkey = (self.ns, pool["metadata"]["name"])
+            for name in queue.names(qkey):
+                sb = sandboxes.get(name, self.ns)
                 if sb is None or not adoptable(sb):
-                    self.queue.remove(ns, name)
+                    queue.remove(self.ns, name)
                     continue
-                problem = candidate_problem(sb, ns, template, pool, pod_hash)
+                problem = self._problem(sb, pool)
                 if problem is not None:
                     if problem.startswith("stale"):
-                        self.queue.remove(ns, name)
+                        queue.remove(self.ns, name)
                     continue
                 if is_sandbox_ready(sb):
                     ready.append((qkey, sb))
@@ -94,17 +129,11 @@ class CandidatePicker:
             if len(ready) >= SPREAD:
                 break
         if ready:
-            choice = ready[zlib.crc32(claim_uid.encode()) % len(ready)]
+            uid: str = self.claim["metadata"]["uid"]
+            choice = ready[zlib.crc32(uid.encode()) % len(ready)]
         elif fallback is not None:
             choice = fallback
         else:
             return None
-        self.queue.take(choice[0], choice[1]["metadata"]["name"])
+        queue.take(choice[0], choice[1]["metadata"]["name"])
         return choice[1]
-
-    def put_back(self, sb: KubeObject) -> None:
-        """Queue ``sb`` again (an adoption write failed and left it free); the next pick
-        re-vets it against the cache."""
-        owner = pool_owner(sb)
-        if owner:
-            self.queue.add((sb["metadata"]["namespace"], owner), sb["metadata"]["name"])
