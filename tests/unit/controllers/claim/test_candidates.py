@@ -3,15 +3,22 @@ through the claim controller's harness (an in-memory API enforcing preconditions
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from agentsandbox.api import keys
+import pytest
+
+from agentsandbox.api import hashing, keys
+from agentsandbox.api.kinds import SANDBOX_CLAIM
 from agentsandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
+from agentsandbox.controllers.claim import candidates
+from agentsandbox.controllers.claim import plan as claim_plan
+from agentsandbox.controllers.warmpool import blueprint
 from tests.unit.controllers.claim.test_controller import (
     NS,
     Harness,
@@ -74,3 +81,75 @@ async def test_pool_ref_claim_does_not_adopt_an_old_template_member_of_a_recreat
     await h.reconcile()
     assert h.claim()["status"]["sandbox"]["name"] == "claim"
     assert all((NS, s["metadata"]["name"]) not in h.r.queue for s in sbs), "stale: dropped"
+
+
+class Counting:
+    """A counting wrapper around a hash function."""
+
+    def __init__(self, fn: Callable[[Any], str]) -> None:
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, arg: Any) -> str:
+        self.calls += 1
+        return self.fn(arg)
+
+
+def count_hashes(monkeypatch: pytest.MonkeyPatch) -> tuple[Counting, Counting]:
+    """Counting wrappers on the blueprint and pod template hashes wherever the claim side may
+    call them."""
+    bp, pod = Counting(hashing.sandbox_blueprint_hash), Counting(hashing.pod_template_hash)
+    for module in (blueprint, candidates, claim_plan):
+        monkeypatch.setattr(module, "sandbox_blueprint_hash", bp, raising=False)
+        monkeypatch.setattr(module, "pod_template_hash", pod, raising=False)
+    return bp, pod
+
+
+def takes_the_first_one_we_try(h: Harness) -> list[str]:
+    """Another claim adopts the first sandbox this claim tries (a lost race: a second pick)."""
+    lost: list[str] = []
+
+    def another_claim_takes_it(verb: str, plural: str, name: str) -> None:
+        if (verb, plural) == ("patch", SANDBOXES.plural) and not lost:
+            lost.append(name)
+            stored = h.api.objects[(plural, NS, name)]
+            stored["metadata"]["ownerReferences"] = [
+                {
+                    "apiVersion": SANDBOX_CLAIM.api_version,
+                    "kind": "SandboxClaim",
+                    "name": "other",
+                    "uid": "other-uid",
+                    "controller": True,
+                }
+            ]
+            stored["metadata"]["resourceVersion"] = "999"
+
+    h.api.before = another_claim_takes_it
+    return lost
+
+
+@pytest.mark.parametrize("strategy", ["Recreate", "OnReplenish"])
+async def test_an_adoption_pass_hashes_the_template_at_most_once(
+    strategy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """claim review #4: vetting candidates of a Recreate pool needs the template's blueprint
+    and pod template hashes; they are computed once per adoption pass (a pass with two picks
+    and a lost race, over 40 Ready members), and never for an OnReplenish pool."""
+    h = Harness()
+    t = h.add(SANDBOX_TEMPLATES.plural, template())
+    p = h.add(SANDBOX_WARM_POOLS.plural, pool(updateStrategy={"type": strategy}))
+    for _ in range(40):
+        sb = pool_sandbox(p, t)
+        sb["metadata"]["labels"][keys.LABEL_SANDBOX_TEMPLATE_HASH] = hashing.sandbox_blueprint_hash(
+            t["spec"]
+        )
+        h.add(SANDBOXES.plural, sb)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    lost = takes_the_first_one_we_try(h)
+    bp, pod = count_hashes(monkeypatch)
+    await h.reconcile()
+    name = h.claim()["status"]["sandbox"]["name"]
+    assert lost and name not in (lost[0], "claim"), "adopted in a second pick"
+    most = 1 if strategy == "Recreate" else 0
+    assert bp.calls <= most and pod.calls <= most, (
+        f"blueprint hash {bp.calls} calls, pod template hash {pod.calls} calls"
+    )
