@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from agentsandbox.api.conditions import is_sandbox_ready
 from agentsandbox.api.gojson import GoJSONError
-from agentsandbox.api.hashing import pod_template_hash
+from agentsandbox.api.hashing import pod_template_hash, sandbox_blueprint_hash
 from agentsandbox.controllers.claim.plan import (
     adoptable,
     candidate_problem,
@@ -25,6 +25,7 @@ from agentsandbox.controllers.claim.plan import (
     pool_owner,
 )
 from agentsandbox.controllers.claim.warm_index import QueueKey, WarmQueue
+from agentsandbox.controllers.warmpool.plan import RECREATE, update_strategy
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.store import KubeObject
 
@@ -63,11 +64,19 @@ class CandidatePicker:
             self.queue.add((sb["metadata"]["namespace"], owner), sb["metadata"]["name"])
 
 
-def _pod_hash(template: KubeObject) -> str:
+def _template_hashes(template: KubeObject) -> tuple[str, str]:
+    """The template's pod template and blueprint hashes ("" for one that cannot be computed:
+    the staleness test then calls nothing stale, as the pool's does)."""
+    spec = template.get("spec") or {}
     try:
-        return pod_template_hash((template.get("spec") or {}).get("podTemplate") or {})
+        pod_hash = pod_template_hash(spec.get("podTemplate") or {})
     except (GoJSONError, TypeError, ValueError):
-        return ""
+        pod_hash = ""
+    try:
+        blueprint_hash = sandbox_blueprint_hash(spec)
+    except (GoJSONError, TypeError, ValueError):
+        blueprint_hash = ""
+    return pod_hash, blueprint_hash
 
 
 class AdoptionPass:
@@ -86,11 +95,26 @@ class AdoptionPass:
         self.pools = list(pools)
         self.ns: str = claim["metadata"]["namespace"]
         self.by_pool_ref = claim_source(claim).by_pool_ref
-        self.pod_hash = _pod_hash(template)
+        # the template's hashes and the staleness memo, for Recreate pools only: computed at
+        # the first candidate of such a pool, then shared by every pick of the pass
+        self._hashes: tuple[str, str] | None = None
+        self._vetted: dict[str, bool] = {}
 
     def _problem(self, sb: KubeObject, pool: KubeObject | None) -> str | None:
+        pod_hash, blueprint_hash = "", ""
+        if pool is not None and update_strategy(pool) == RECREATE:
+            if self._hashes is None:
+                self._hashes = _template_hashes(self.template)
+            pod_hash, blueprint_hash = self._hashes
         return candidate_problem(
-            sb, self.ns, self.template, pool, self.pod_hash, by_pool_ref=self.by_pool_ref
+            sb,
+            self.ns,
+            self.template,
+            pool,
+            pod_hash,
+            by_pool_ref=self.by_pool_ref,
+            blueprint_hash=blueprint_hash,
+            vetted=self._vetted,
         )
 
     def problem(self, sb: KubeObject) -> str | None:

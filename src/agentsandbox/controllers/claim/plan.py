@@ -220,11 +220,15 @@ def candidate_problem(
     pod_hash: str,
     *,
     by_pool_ref: bool = False,
+    blueprint_hash: str | None = None,
+    vetted: dict[str, bool] | None = None,
 ) -> str | None:
     """Why ``sb`` may not serve a claim in ``namespace`` built from ``template``, or None.
 
     ``pool`` is the sandbox's controlling pool as cached (None if unknown): under a ``Recreate``
     pool a stale sandbox is about to be replaced and must not be handed out (upstream #1078).
+    ``pod_hash``, ``blueprint_hash`` (computed when not given) and the ``vetted`` memo serve
+    that staleness test only: one adoption pass computes them once, and only for such a pool.
 
     ``by_pool_ref``: the claim names only the pool (1.0.x), and ``template`` is the pool's
     current one. Any member of the pool serves it then, whatever template the member was built
@@ -252,7 +256,12 @@ def candidate_problem(
         # an owner reference naming the pool but not carrying its UID was not written by it
         return "the sandbox's controller reference does not match its pool"
     if update_strategy(pool) == RECREATE and is_sandbox_stale(
-        sb, template, pod_hash, {}, orphan=False
+        sb,
+        template,
+        pod_hash,
+        {} if vetted is None else vetted,
+        orphan=False,
+        blueprint_hash=blueprint_hash,
     ):
         return "stale under a Recreate pool"
     return None
