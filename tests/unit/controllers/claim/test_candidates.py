@@ -3,6 +3,7 @@ through the claim controller's harness (an in-memory API enforcing preconditions
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from agentsandbox.api.resources import (
 from agentsandbox.controllers.claim import candidates
 from agentsandbox.controllers.claim import plan as claim_plan
 from agentsandbox.controllers.warmpool import blueprint
+from agentsandbox.kube.reconcile import Result
 from tests.unit.controllers.claim.test_controller import (
     NS,
     Harness,
@@ -26,6 +28,7 @@ from tests.unit.controllers.claim.test_controller import (
     claim_v1beta1,
     pool,
     pool_sandbox,
+    setup_pool,
     template,
 )
 
@@ -153,3 +156,91 @@ async def test_an_adoption_pass_hashes_the_template_at_most_once(
     assert bp.calls <= most and pod.calls <= most, (
         f"blueprint hash {bp.calls} calls, pod template hash {pod.calls} calls"
     )
+
+
+# ------------------------------------------------------------------------- pod IPs and the grace
+CREATED = 1_767_225_600.0  # 2026-01-01T00:00:00Z, the fake API's creationTimestamp
+
+
+def without_pod_ips(h: Harness, sb: dict[str, Any]) -> dict[str, Any]:
+    stored = h.api.objects[(SANDBOXES.plural, NS, sb["metadata"]["name"])]
+    stored["status"].pop("podIPs", None)
+    stored["metadata"]["resourceVersion"] = f"{stored['metadata']['resourceVersion']}0"
+    h.sync(SANDBOXES.plural)
+    assert not h.sandboxes.get(sb["metadata"]["name"], NS)["status"].get("podIPs")
+    return copy.deepcopy(stored)
+
+
+def at(h: Harness, seconds_after_creation: float) -> None:
+    """The controller's clocks read this long after the claim's creation."""
+    now = CREATED + seconds_after_creation
+    h.r.clock = lambda: now
+    h.r.writer.picker.clock = lambda: now
+
+
+async def test_a_pool_sandbox_without_pod_ips_is_never_adopted() -> None:
+    """claim review note 13: a pool sandbox whose pod has no IP (unschedulable, image pull
+    failing, not started) is never adopted, Ready or not: once claimed it is beyond the pool's
+    clean-up and the claim may never get a usable sandbox. Past the grace, the claim goes
+    cold."""
+    h = Harness()
+    t, p, (ready,) = setup_pool(h, members=1, ready=True)
+    starting = h.add(SANDBOXES.plural, pool_sandbox(p, t, ready=False))
+    no_ip = [without_pod_ips(h, sb) for sb in (ready, starting)]
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    at(h, 60.0)
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == "claim", "cold"
+    for sb in no_ip:
+        owner = h.sandbox(sb["metadata"]["name"])["metadata"]["ownerReferences"][0]
+        assert owner["kind"] == "SandboxWarmPool"
+
+
+async def test_a_not_ready_candidate_with_pod_ips_beats_an_older_one_without() -> None:
+    """claim review note 13: with no Ready candidate, the oldest not-Ready one that has pod IPs
+    is taken (as upstream v1.0.1); an older one without pod IPs, or a Ready one without, never
+    is."""
+    h = Harness()
+    t, p, (older,) = setup_pool(h, members=1, ready=False)
+    ready_no_ip = h.add(SANDBOXES.plural, pool_sandbox(p, t, ready=True))
+    younger = h.add(SANDBOXES.plural, pool_sandbox(p, t, ready=False))
+    without_pod_ips(h, older)
+    without_pod_ips(h, ready_no_ip)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    at(h, 60.0)
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == younger["metadata"]["name"]
+
+
+async def test_pending_candidates_within_the_grace_give_a_short_retry_not_a_cold_start() -> None:
+    """claim review note 13: a claim younger than the grace (2 s) whose only candidates have no
+    pod IP yet looks again shortly (0.1 s, never past the grace) without a status write or a
+    cold create; a candidate that got its IP meanwhile is adopted; past the grace, cold."""
+    h = Harness()
+    h.r.observability_annotations = False
+    _, _, (sb,) = setup_pool(h, members=1)
+    without_pod_ips(h, sb)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    h.api.calls.clear()
+    at(h, 0.5)
+    assert await h.reconcile() == Result(requeue_after=0.1)
+    at(h, 1.95)
+    result = await h.reconcile()
+    assert result is not None and result.requeue_after == pytest.approx(0.05)
+    assert h.api.writes() == [], "no status, no cold sandbox, no adoption"
+    # the IP arrives within the grace: adopted on the next look
+    h.api.objects[(SANDBOXES.plural, NS, sb["metadata"]["name"])]["status"]["podIPs"] = ["10.0.9.9"]
+    h.api.objects[(SANDBOXES.plural, NS, sb["metadata"]["name"])]["metadata"]["resourceVersion"] = (
+        "998"
+    )
+    h.sync(SANDBOXES.plural)
+    await h.reconcile()
+    assert h.claim()["status"]["sandbox"]["name"] == sb["metadata"]["name"]
+    # another claim, past the grace with only a pending candidate: cold
+    h2 = Harness()
+    _, _, (sb2,) = setup_pool(h2, members=1)
+    without_pod_ips(h2, sb2)
+    h2.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    at(h2, 2.0)
+    await h2.reconcile()
+    assert h2.claim()["status"]["sandbox"]["name"] == "claim"
