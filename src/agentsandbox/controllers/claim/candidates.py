@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from agentsandbox.api.conditions import is_sandbox_ready
 from agentsandbox.api.gojson import GoJSONError
 from agentsandbox.api.hashing import pod_template_hash, sandbox_blueprint_hash
+from agentsandbox.api.timefmt import parse_rfc3339
 from agentsandbox.controllers.claim.plan import (
     adoptable,
     candidate_problem,
@@ -29,9 +30,31 @@ from agentsandbox.controllers.warmpool.plan import RECREATE, update_strategy
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.store import KubeObject
 
-__all__ = ["SPREAD", "AdoptionPass", "CandidatePicker"]
+__all__ = [
+    "SPREAD",
+    "WARM_CANDIDATE_GRACE",
+    "WARM_CANDIDATE_RETRY",
+    "AdoptionPass",
+    "CandidatePicker",
+    "CandidatesPending",
+]
 
 SPREAD = 32  # Ready candidates among which a claim's UID picks (see AdoptionPass.pick)
+# A claim this young (seconds since its creation) whose only candidates have no pod IP yet
+# looks again every WARM_CANDIDATE_RETRY seconds instead of going cold (upstream's values):
+# short IP allocation delays are covered, a pool that cannot start pods delays nobody long.
+WARM_CANDIDATE_GRACE = 2.0
+WARM_CANDIDATE_RETRY = 0.1
+
+
+class CandidatesPending(Exception):
+    """The claim's only candidates have no pod IP yet and the claim is within the grace: look
+    again after ``retry_after`` seconds, with no status write and no cold create."""
+
+    def __init__(self, count: int, retry_after: float) -> None:
+        super().__init__(f"{count} warm pool candidate(s) are waiting for a pod IP")
+        self.count = count
+        self.retry_after = retry_after
 
 
 class CandidatePicker:
@@ -99,6 +122,7 @@ class AdoptionPass:
         # the first candidate of such a pool, then shared by every pick of the pass
         self._hashes: tuple[str, str] | None = None
         self._vetted: dict[str, bool] = {}
+        self.pending = 0  # candidates the last pick skipped for want of a pod IP
 
     def _problem(self, sb: KubeObject, pool: KubeObject | None) -> str | None:
         pod_hash, blueprint_hash = "", ""
@@ -119,19 +143,28 @@ class AdoptionPass:
 
     def problem(self, sb: KubeObject) -> str | None:
         """Why ``sb`` (a fresh copy, say) may not serve the claim, or None."""
-        return self._problem(sb, CandidatePicker.pool_of(sb, self.pools))
+        problem = self._problem(sb, CandidatePicker.pool_of(sb, self.pools))
+        if problem is None and not _has_pod_ips(sb):
+            return "the sandbox's pod has no IP yet"
+        return problem
 
     def pick(self) -> KubeObject | None:
-        """Take a candidate off the queues: a Ready one if any, else the oldest not-Ready one.
+        """Take a candidate off the queues: a Ready one if any, else the oldest not-Ready one;
+        never one whose pod has no IP yet.
 
         Among the oldest Ready candidates the choice is spread by the claim's UID: one process
         takes them in any order it likes (the take is atomic), but two processes racing (leader
         election off) then mostly try different sandboxes for different claims, and the same
         sandbox for the same claim, which the loser recognises as its own.
+
+        None: nothing to adopt, go cold. When candidates were skipped only for want of a pod IP
+        and the claim is younger than :data:`WARM_CANDIDATE_GRACE`, raises
+        :class:`CandidatesPending` instead (they stay queued).
         """
         queue, sandboxes = self.picker.queue, self.picker.sandboxes
         fallback: tuple[QueueKey, KubeObject] | None = None
         ready: list[tuple[QueueKey, KubeObject]] = []
+        self.pending = 0
         for pool in self.pools:
             qkey = (self.ns, pool["metadata"]["name"])
             for name in queue.names(qkey):
@@ -143,6 +176,9 @@ class AdoptionPass:
                 if problem is not None:
                     if problem.startswith("stale"):
                         queue.remove(self.ns, name)
+                    continue
+                if not _has_pod_ips(sb):
+                    self.pending += 1  # stays queued: its pod may get an IP any moment
                     continue
                 if is_sandbox_ready(sb):
                     ready.append((qkey, sb))
@@ -158,6 +194,26 @@ class AdoptionPass:
         elif fallback is not None:
             choice = fallback
         else:
+            retry_after = self.retry_after()
+            if self.pending and retry_after is not None:
+                raise CandidatesPending(self.pending, retry_after)
             return None
         queue.take(choice[0], choice[1]["metadata"]["name"])
         return choice[1]
+
+    def retry_after(self) -> float | None:
+        """How soon to look again for a candidate to get its pod IP: at most
+        :data:`WARM_CANDIDATE_RETRY`, never past the claim's grace; None past it (or for a
+        claim without a creation time)."""
+        created = (self.claim.get("metadata") or {}).get("creationTimestamp")
+        if not created:
+            return None
+        try:
+            left = parse_rfc3339(created).timestamp() + WARM_CANDIDATE_GRACE - self.picker.clock()
+        except ValueError:
+            return None
+        return min(WARM_CANDIDATE_RETRY, left) if left > 0 else None
+
+
+def _has_pod_ips(sb: KubeObject) -> bool:
+    return bool((sb.get("status") or {}).get("podIPs"))

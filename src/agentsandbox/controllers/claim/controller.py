@@ -47,6 +47,7 @@ from agentsandbox.controllers.claim.act import (
     ClaimProvider,
     _controlled_by,
 )
+from agentsandbox.controllers.claim.candidates import CandidatesPending
 from agentsandbox.controllers.claim.handlers import ClaimWatches
 from agentsandbox.controllers.claim.plan import (
     EVENT_CLAIM_EXPIRED,
@@ -165,6 +166,10 @@ class ClaimReconciler:
                 sandbox = await self.writer.find_existing(claim)
                 if sandbox is None:
                     sandbox = await self.writer.provide(claim)
+        except CandidatesPending as pending:
+            # pool sandboxes about to get a pod IP, and the claim is young: look again shortly,
+            # before any status is written or a cold sandbox made
+            return Result(requeue_after=pending.retry_after)
         except ClaimFailure as f:
             failure = f
         except KubeError as err:
