@@ -244,3 +244,16 @@ async def test_pending_candidates_within_the_grace_give_a_short_retry_not_a_cold
     at(h2, 2.0)
     await h2.reconcile()
     assert h2.claim()["status"]["sandbox"]["name"] == "claim"
+
+
+def test_a_fresh_copy_without_pod_ips_is_not_adopted_on_a_retry() -> None:
+    """A candidate re-read after a conflict (its status moved) is tried again only if it still
+    has pod IPs: the same rule as the pick."""
+    h = Harness()
+    t, p, (sb,) = setup_pool(h, members=1)
+    claim = h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    vetting = h.r.writer.picker.start(claim, t, [p])
+    assert vetting.problem(sb) is None
+    fresh = copy.deepcopy(sb)
+    fresh["status"]["podIPs"] = []
+    assert vetting.problem(fresh) == "the sandbox's pod has no IP yet"
