@@ -32,8 +32,8 @@ Two shortcuts keep a simulated day within seconds, both exact for what the simul
 Not modelled: API latency and errors, the API server slowing down under many creates (the
 create -> Ready draws are independent of the load), expectations (the simulated cache sees every
 write at once), terminating sandboxes (deletes are instant), claims adopting a not-Ready pool
-sandbox (the real claim controller takes the oldest not-Ready one when no Ready one is left;
-here such a claim is cold), the claim's own writes.
+sandbox (the real claim controller takes the oldest not-Ready one whose pod has an IP when no
+Ready one is left; here such a claim is cold), the claim's own writes.
 """
 
 from __future__ import annotations

@@ -266,12 +266,12 @@ class ClaimProvider:
     ) -> KubeObject | None:
         meta = claim["metadata"]
         ns = meta["namespace"]
-        pod_hash = self.picker.pod_hash(template)
+        candidates = self.picker.start(claim, template, pools)
         failures = 0
         for _ in range(MAX_ADOPTION_LOOKS):
             if failures >= MAX_ADOPTION_ATTEMPTS:
                 break
-            candidate = self.picker.pick(meta["uid"], template, pools, pod_hash, ns)
+            candidate = candidates.pick()
             if candidate is None:
                 return None
             name = candidate["metadata"]["name"]
@@ -289,7 +289,7 @@ class ClaimProvider:
                     continue
                 if _controlled_by(fresh, meta["uid"]):
                     adopted = fresh
-                elif (problem := self.picker.problem(fresh, ns, template, pools, pod_hash)) is None:
+                elif (problem := candidates.problem(fresh)) is None:
                     try:  # still a free pool sandbox: one more try at its current version
                         adopted = await self.client.patch(
                             SANDBOXES, name, adoption_patch(fresh, claim, template), ns

@@ -44,6 +44,7 @@ from agentsandbox.api.resources import (
 from agentsandbox.controllers.claim import metrics as claim_metrics
 from agentsandbox.controllers.claim import tracing
 from agentsandbox.controllers.claim.act import ClaimProvider
+from agentsandbox.controllers.claim.candidates import CandidatesPending
 from agentsandbox.controllers.claim.handlers import (
     OWNER_INDEX,
     ClaimWatches,
@@ -169,6 +170,10 @@ class ClaimReconciler:
                 sandbox = await self.writer.find_existing(claim)
                 if sandbox is None:
                     sandbox = await self.writer.provide(claim)
+        except CandidatesPending as pending:
+            # pool sandboxes about to get a pod IP, and the claim is young: look again shortly,
+            # before any status is written or a cold sandbox made
+            return Result(requeue_after=pending.retry_after)
         except ClaimFailure as f:
             failure = f
         except KubeError as err:

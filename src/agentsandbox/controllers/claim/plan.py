@@ -218,11 +218,24 @@ def candidate_problem(
     template: Obj,
     pool: Obj | None,
     pod_hash: str,
+    *,
+    by_pool_ref: bool = False,
+    blueprint_hash: str | None = None,
+    vetted: dict[str, bool] | None = None,
 ) -> str | None:
     """Why ``sb`` may not serve a claim in ``namespace`` built from ``template``, or None.
 
     ``pool`` is the sandbox's controlling pool as cached (None if unknown): under a ``Recreate``
     pool a stale sandbox is about to be replaced and must not be handed out (upstream #1078).
+    ``pod_hash``, ``blueprint_hash`` (computed when not given) and the ``vetted`` memo serve
+    that staleness test only: one adoption pass computes them once, and only for such a pool.
+
+    ``by_pool_ref``: the claim names only the pool (1.0.x), and ``template`` is the pool's
+    current one. Any member of the pool serves it then, whatever template the member was built
+    from: an ``OnReplenish`` pool keeps its members across a template change and builds the new
+    template's only as replacements. A claim naming a template (0.4.x) gets only sandboxes of
+    that template; under ``Recreate`` a member of another template is stale (the pool deletes
+    it).
     """
     meta = sb.get("metadata") or {}
     if meta.get("namespace") != namespace:
@@ -232,17 +245,23 @@ def candidate_problem(
         )
     if not adoptable(sb):
         return "sandbox is not an adoptable pool sandbox"
-    want = name_hash(template["metadata"]["name"])
-    got = (meta.get("labels") or {}).get(keys.LABEL_SANDBOX_TEMPLATE_REF_HASH)
-    if got != want:
-        return f"incorrect template hash, expected {want}, got {got}"
+    if not by_pool_ref:
+        want = name_hash(template["metadata"]["name"])
+        got = (meta.get("labels") or {}).get(keys.LABEL_SANDBOX_TEMPLATE_REF_HASH)
+        if got != want:
+            return f"incorrect template hash, expected {want}, got {got}"
     if pool is None or pool["metadata"].get("name") != pool_owner(sb):
         return "the sandbox's pool is not known"
     if (controller_of(sb) or {}).get("uid") != pool["metadata"].get("uid"):
         # an owner reference naming the pool but not carrying its UID was not written by it
         return "the sandbox's controller reference does not match its pool"
     if update_strategy(pool) == RECREATE and is_sandbox_stale(
-        sb, template, pod_hash, {}, orphan=False
+        sb,
+        template,
+        pod_hash,
+        {} if vetted is None else vetted,
+        orphan=False,
+        blueprint_hash=blueprint_hash,
     ):
         return "stale under a Recreate pool"
     return None

@@ -460,9 +460,12 @@ async def test_ready_candidates_are_preferred_over_older_not_ready_ones() -> Non
     )
 
 
-async def test_not_ready_candidate_is_adopted_when_no_ready_one_exists() -> None:
+async def test_not_ready_candidate_with_pod_ips_is_adopted_when_no_ready_one_exists() -> None:
+    """Without a Ready candidate the oldest not-Ready one is taken, if its pod has an IP (as
+    upstream v1.0.1); one without never is (tests/unit/controllers/claim/test_candidates.py)."""
     h = Harness()
     _, _, sbs = setup_pool(h, members=2, ready=False)
+    assert all(sb["status"]["podIPs"] for sb in sbs)
     h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
     await h.reconcile()
     assert h.claim()["status"]["sandbox"]["name"] == sbs[0]["metadata"]["name"]
@@ -514,7 +517,7 @@ async def test_stale_sandbox_of_a_recreate_pool_is_not_handed_out() -> None:
     h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
     await h.reconcile()
     assert h.claim()["status"]["sandbox"]["name"] == fresh["metadata"]["name"]
-    assert old["metadata"]["name"] not in h.r.queue
+    assert (NS, old["metadata"]["name"]) not in h.r.queue
 
 
 async def test_queues_are_per_namespace_so_no_cross_namespace_candidate_is_seen() -> None:
