@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from agentsandbox.api import keys
 from agentsandbox.api.conditions import is_sandbox_ready
@@ -62,6 +63,7 @@ __all__ = [
     "MAX_ADOPTION_ATTEMPTS",
     "MAX_ADOPTION_LOOKS",
     "SPREAD",
+    "ClaimPass",
     "ClaimProvider",
 ]
 
@@ -80,6 +82,17 @@ def _taken_by_a_claim(sb: KubeObject) -> bool:
     """The sandbox now has a SandboxClaim as its controller (a race lost, not a fault)."""
     ref = controller_of(sb)
     return ref is not None and ref.get("kind") == "SandboxClaim"
+
+
+@dataclass
+class ClaimPass:
+    """What one pass knows of its claim: ``claim`` as this pass last read or wrote it (its
+    ``resourceVersion`` is the precondition of the pass's next claim write), and ``named_gone``:
+    the sandbox the claim's status names was found gone or not the claim's (the status may stop
+    naming it)."""
+
+    claim: KubeObject
+    named_gone: bool = False
 
 
 class ClaimProvider:
@@ -115,9 +128,10 @@ class ClaimProvider:
             self.recorder.event(claim, kind, reason, note, action=action)
 
     # ---------------------------------------------------------------- lookup
-    async def find_existing(self, claim: KubeObject) -> KubeObject | None:
+    async def find_existing(self, cp: ClaimPass) -> KubeObject | None:
         """The sandbox this claim already controls, if any, settling duplicates
         (docs/design/claim.md, "Finding the claim's sandbox")."""
+        claim = cp.claim
         meta = claim["metadata"]
         ns, uid, key = meta["namespace"], meta["uid"], f"{meta['namespace']}/{meta['name']}"
         status_name = ((claim.get("status") or {}).get("sandbox") or {}).get("name") or ""
@@ -138,9 +152,11 @@ class ClaimProvider:
                 try:
                     sb = await self.client.get(SANDBOXES, name, ns)
                 except NotFound:
+                    cp.named_gone = cp.named_gone or name == status_name
                     continue
                 if _controlled_by(sb, uid) and not sb["metadata"].get("deletionTimestamp"):
                     return sb
+                cp.named_gone = cp.named_gone or name == status_name
         if len(owned) > 1:
             return await self._settle_duplicates(claim, owned)
         if owned:

@@ -44,6 +44,7 @@ from agentsandbox.api.resources import (
 from agentsandbox.controllers.claim import metrics as claim_metrics
 from agentsandbox.controllers.claim import tracing
 from agentsandbox.controllers.claim.act import (
+    ClaimPass,
     ClaimProvider,
     _controlled_by,
 )
@@ -158,23 +159,29 @@ class ClaimReconciler:
         sandbox: KubeObject | None = None
         failure: ClaimFailure | None = None
         error: KubeError | None = None
+        cp = ClaimPass(claim)
         try:
             if expired:
                 sandbox = await self._retire(claim)
             else:
-                sandbox = await self.writer.find_existing(claim)
+                sandbox = await self.writer.find_existing(cp)
                 if sandbox is None:
                     sandbox = await self.writer.provide(claim)
         except ClaimFailure as f:
             failure = f
         except KubeError as err:
             failure, error = ClaimFailure(REASON_RECONCILER_ERROR, str(err), terminal=False), err
-        status = claim_status(claim, sandbox, failure, now, expired)
+        # the status stops naming its sandbox only when this pass found it gone or not the
+        # claim's, or had nothing to fail on: never on an error on the way
+        keep = not cp.named_gone and failure is not None and failure.reason != SANDBOX_NOT_OWNED
+        status = claim_status(claim, sandbox, failure, now, expired, keep_sandbox=keep)
         if not expired:
             # the Finished condition just mirrored may start a TTL that is already over
             expired, left = expiry(with_status(claim, status), now)
             if expired:
-                status = claim_status(with_status(claim, status), sandbox, failure, now, True)
+                status = claim_status(
+                    with_status(claim, status), sandbox, failure, now, True, keep_sandbox=keep
+                )
         try:
             written = await self.write_status(claim, status)
         except KubeError as err:
