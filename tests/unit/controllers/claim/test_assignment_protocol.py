@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
-from agentsandbox.kube.errors import InternalError, KubeError
+from agentsandbox.kube.errors import (
+    ApiConnectionError,
+    Forbidden,
+    InternalError,
+    Invalid,
+    KubeError,
+)
 from tests.unit.controllers.claim.test_controller import (
     NS,
     Harness,
@@ -73,3 +79,39 @@ async def test_a_status_named_sandbox_found_gone_is_unnamed() -> None:
     with pytest.raises(KubeError):
         await h.reconcile()
     assert status_name(h) == ""
+
+
+# --------------------------------------------------------------------------- warm queue
+ADOPTION_FAILURES = {
+    "500": lambda: InternalError(message="etcd timeout"),
+    "admission": lambda: Invalid(
+        422,
+        "Invalid",
+        'admission webhook "policy.example.com" denied the request: label missing',
+    ),
+    "forbidden": lambda: Forbidden(
+        403, "Forbidden", 'admission webhook "gatekeeper" denied the request'
+    ),
+    "timeout": lambda: ApiConnectionError("timed out", method="PATCH"),
+}
+
+
+@pytest.mark.parametrize("failure", sorted(ADOPTION_FAILURES))
+async def test_a_candidate_whose_adoption_write_failed_goes_back_on_the_warm_queue(
+    failure: str,
+) -> None:
+    """claim review #1a: an adoption write that fails with anything but 404 (gone) or 409
+    (taken) leaves the pool sandbox free; it must be queued again, and the claim's retry adopts
+    a pool sandbox instead of going cold."""
+    h = Harness()
+    _, p, sbs = setup_pool(h, members=1)
+    (sb,) = sbs
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    h.api.fail[("patch", SANDBOXES.plural)] = [ADOPTION_FAILURES[failure]()]
+    with pytest.raises(KubeError):
+        await h.reconcile()
+    assert h.owned_by(h.claim()) == []
+    assert list(h.r.queue.names((NS, p["metadata"]["name"]))) == [sb["metadata"]["name"]]
+    await h.reconcile()  # the retry, no watch event in between (an idle Ready sandbox has none)
+    assert status_name(h) == sb["metadata"]["name"]
+    assert not [c for c in h.api.calls if c[:2] == ("create", SANDBOXES.plural)]
