@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
+from agentsandbox.kube.resources import Resource
 from agentsandbox.kube.errors import (
     ApiConnectionError,
     Forbidden,
@@ -24,6 +25,55 @@ from tests.unit.controllers.claim.test_controller import (
     claim_v1beta1,
     setup_pool,
 )
+from tests.unit.fakes import FakeApi
+
+
+class LossyApi(FakeApi):
+    """The fake API whose answer can be lost after the write was applied: each entry of
+    ``lose[(verb, plural)]`` applies the next such call, then raises a connection error (a
+    client timeout on a request the API server carried out)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lose: dict[tuple[str, str], int] = {}
+
+    def _lost(self, verb: str, plural: str) -> bool:
+        left = self.lose.get((verb, plural), 0)
+        if left:
+            self.lose[(verb, plural)] = left - 1
+        return bool(left)
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: dict[str, Any],
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+        **kw: Any,
+    ) -> dict[str, Any]:
+        out = await super().patch(resource, name, patch, namespace, subresource=subresource, **kw)
+        verb = "patch-status" if subresource == "status" else "patch"
+        if self._lost(verb, resource.plural):
+            raise ApiConnectionError("timed out after the write was sent", method="PATCH")
+        return out
+
+    async def create(
+        self, resource: Resource, obj: dict[str, Any], namespace: str | None = None, **kw: Any
+    ) -> dict[str, Any]:
+        out = await super().create(resource, obj, namespace, **kw)
+        if self._lost("create", resource.plural):
+            raise ApiConnectionError("timed out after the write was sent", method="POST")
+        return out
+
+    async def delete(
+        self, resource: Resource, name: str, namespace: str | None = None, **kw: Any
+    ) -> dict[str, Any]:
+        out = await super().delete(resource, name, namespace, **kw)
+        if self._lost("delete", resource.plural):
+            raise ApiConnectionError("timed out after the write was sent", method="DELETE")
+        return out
 
 
 def status_name(h: Harness, name: str = "claim") -> str:
@@ -115,3 +165,33 @@ async def test_a_candidate_whose_adoption_write_failed_goes_back_on_the_warm_que
     await h.reconcile()  # the retry, no watch event in between (an idle Ready sandbox has none)
     assert status_name(h) == sb["metadata"]["name"]
     assert not [c for c in h.api.calls if c[:2] == ("create", SANDBOXES.plural)]
+
+
+# --------------------------------------------------------------------------- lost answers
+@pytest.mark.parametrize("members", [1, 2, 3, 4])
+async def test_an_adoption_applied_but_unanswered_is_finished_not_doubled(members: int) -> None:
+    """claim review #1b: the adoption patch reaches the API server and is applied, but its
+    answer is lost (a client timeout). The retries come before the sandbox watch delivers the
+    change (the sandbox cache still shows the pool sandbox free; the claim cache follows): they
+    must finish that adoption, never adopt a second pool sandbox."""
+    api = LossyApi()
+    h = Harness(api)
+    _, p, _ = setup_pool(h, members=members)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    api.lose[("patch", SANDBOXES.plural)] = 1
+    with pytest.raises(KubeError):
+        await h.reconcile()
+    (first,) = h.owned_by(h.claim())  # the write was applied
+    for _ in range(3):  # retries, the sandbox cache never catching up
+        h.sync(SANDBOX_CLAIMS.plural)
+        await h.reconcile()
+    owned = [sb["metadata"]["name"] for sb in h.owned_by(h.claim())]
+    assert owned == [first["metadata"]["name"]], "one adoption, the first one"
+    assert status_name(h) == first["metadata"]["name"] and ready_status(h) == "True"
+    h.sync()
+    free = {
+        sb["metadata"]["name"]
+        for sb in api.all(SANDBOXES.plural)
+        if sb["metadata"]["name"] != first["metadata"]["name"]
+    }
+    assert set(h.r.queue.names((NS, p["metadata"]["name"]))) == free
