@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
-from agentsandbox.kube.resources import Resource
 from agentsandbox.kube.errors import (
     ApiConnectionError,
     Forbidden,
@@ -19,6 +18,7 @@ from agentsandbox.kube.errors import (
     Invalid,
     KubeError,
 )
+from agentsandbox.kube.resources import Resource
 from tests.unit.controllers.claim.test_controller import (
     NS,
     Harness,
