@@ -53,7 +53,7 @@ from agentsandbox.controllers.claim.plan import (
 )
 from agentsandbox.controllers.claim.warm_index import WarmQueue
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.errors import AlreadyExists, Conflict, Forbidden, NotFound
+from agentsandbox.kube.errors import AlreadyExists, Conflict, Forbidden, KubeError, NotFound
 from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.resources import Resource
@@ -297,10 +297,18 @@ class ClaimProvider:
                 )
             except NotFound:
                 continue  # gone since we looked (our cache was late): next candidate
-            except Conflict:
+            except KubeError as err:
+                if not isinstance(err, Conflict):
+                    # refused or unanswered: the sandbox is still free as far as anyone knows
+                    self.picker.put_back(candidate)
+                    raise
                 # changed since we looked: another claim took it, another process of ours
                 # adopted it for this very claim (leader election off), or only its status moved
-                fresh = await self._get_or_none(name, ns)
+                try:
+                    fresh = await self._get_or_none(name, ns)
+                except KubeError:
+                    self.picker.put_back(candidate)
+                    raise
                 if fresh is None:
                     continue
                 if _controlled_by(fresh, meta["uid"]):
@@ -313,6 +321,9 @@ class ClaimProvider:
                     except (Conflict, NotFound):
                         failures += 1
                         continue
+                    except KubeError:
+                        self.picker.put_back(fresh)
+                        raise
                     candidate = fresh
                 else:
                     # taken by another writer after our cache saw it: our cache was late, the
