@@ -18,62 +18,13 @@ from agentsandbox.kube.errors import (
     Invalid,
     KubeError,
 )
-from agentsandbox.kube.resources import Resource
+from tests.unit.controllers.claim.history import HistoryApi
 from tests.unit.controllers.claim.test_controller import (
     NS,
     Harness,
     claim_v1beta1,
     setup_pool,
 )
-from tests.unit.fakes import FakeApi
-
-
-class LossyApi(FakeApi):
-    """The fake API whose answer can be lost after the write was applied: each entry of
-    ``lose[(verb, plural)]`` applies the next such call, then raises a connection error (a
-    client timeout on a request the API server carried out)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lose: dict[tuple[str, str], int] = {}
-
-    def _lost(self, verb: str, plural: str) -> bool:
-        left = self.lose.get((verb, plural), 0)
-        if left:
-            self.lose[(verb, plural)] = left - 1
-        return bool(left)
-
-    async def patch(
-        self,
-        resource: Resource,
-        name: str,
-        patch: dict[str, Any],
-        namespace: str | None = None,
-        *,
-        subresource: str | None = None,
-        **kw: Any,
-    ) -> dict[str, Any]:
-        out = await super().patch(resource, name, patch, namespace, subresource=subresource, **kw)
-        verb = "patch-status" if subresource == "status" else "patch"
-        if self._lost(verb, resource.plural):
-            raise ApiConnectionError("timed out after the write was sent", method="PATCH")
-        return out
-
-    async def create(
-        self, resource: Resource, obj: dict[str, Any], namespace: str | None = None, **kw: Any
-    ) -> dict[str, Any]:
-        out = await super().create(resource, obj, namespace, **kw)
-        if self._lost("create", resource.plural):
-            raise ApiConnectionError("timed out after the write was sent", method="POST")
-        return out
-
-    async def delete(
-        self, resource: Resource, name: str, namespace: str | None = None, **kw: Any
-    ) -> dict[str, Any]:
-        out = await super().delete(resource, name, namespace, **kw)
-        if self._lost("delete", resource.plural):
-            raise ApiConnectionError("timed out after the write was sent", method="DELETE")
-        return out
 
 
 def status_name(h: Harness, name: str = "claim") -> str:
@@ -175,7 +126,7 @@ async def test_an_adoption_applied_but_unanswered_is_finished_not_doubled(member
     answer is lost (a client timeout). The retries come before the sandbox watch delivers the
     change (the sandbox cache still shows the pool sandbox free; the claim cache follows): they
     must finish that adoption, never adopt a second pool sandbox."""
-    api = LossyApi()
+    api = HistoryApi()
     h = Harness(api)
     _, p, _ = setup_pool(h, members=members)
     h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
@@ -196,3 +147,37 @@ async def test_an_adoption_applied_but_unanswered_is_finished_not_doubled(member
         if sb["metadata"]["name"] != first["metadata"]["name"]
     }
     assert set(h.r.queue.names((NS, p["metadata"]["name"]))) == free
+    assert api.violations == []
+
+
+# --------------------------------------------------------------------------- two processes
+async def test_a_published_sandbox_is_never_replaced_nor_deleted_by_a_lagging_process() -> None:
+    """claim review #3 (split brain: leader election off, or overlapping leaders). P1 adopts X
+    and publishes it (Ready). P2, whose caches lag, adopts Y for the same claim; its status
+    write is refused (the claim moved), so it remembers Y. P2's claim cache then catches up
+    (the status names X) while its sandbox cache still shows neither X nor Y as the claim's.
+    P2 must keep X: the status never names another sandbox while X lives, and X is never
+    deleted; Y is the duplicate."""
+    api = HistoryApi()
+    p1, p2 = Harness(api), Harness(api)
+    p1.r.observability_annotations = p2.r.observability_annotations = False
+    setup_pool(p1, members=2)
+    p1.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    p2.sync()
+    await p1.reconcile()
+    x = status_name(p1)
+    assert x and ready_status(p1) == "True"
+    # P2: both caches as before P1's pass; its queue order makes it try the other sandbox
+    p2.r.queue.remove(NS, x)
+    await p2.reconcile()
+    p2.sync(SANDBOX_CLAIMS.plural)  # the claim watch catches up, the sandbox watch does not
+    for _ in range(2):
+        await p2.reconcile()
+        p2.sync(SANDBOX_CLAIMS.plural)
+    assert status_name(p1) == x, "the published sandbox is still the one named"
+    for h in (p1, p2, p1, p2):  # then everything catches up
+        h.sync()
+        await h.reconcile()
+    assert api.violations == []
+    assert status_name(p1) == x and ready_status(p1) == "True"
+    assert [sb["metadata"]["name"] for sb in p1.owned_by(p1.claim())] == [x]
