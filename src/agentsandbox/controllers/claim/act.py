@@ -129,8 +129,11 @@ class ClaimProvider:
 
     # ---------------------------------------------------------------- lookup
     async def find_existing(self, cp: ClaimPass) -> KubeObject | None:
-        """The sandbox this claim already controls, if any, settling duplicates
-        (docs/design/claim.md, "Finding the claim's sandbox")."""
+        """The sandbox this claim already has, if any (docs/design/claim.md, "Finding the
+        claim's sandbox"): the one its status names when that one lives and is the claim's
+        (it wins over any other: the others are duplicates, deleted); else one the claim's
+        controller index shows, else what this process made for it (read from the API when
+        the cache does not show it yet)."""
         claim = cp.claim
         meta = claim["metadata"]
         ns, uid, key = meta["namespace"], meta["uid"], f"{meta['namespace']}/{meta['name']}"
@@ -146,21 +149,28 @@ class ClaimProvider:
         ):
             self.bound.pop(key, None)  # the cache caught up (or another claim of that name)
             bound = None
-        if not owned:
+        if status_name:
+            named = await self._claims(status_name, ns, uid)
+            if named is not None:
+                others = [sb for sb in owned if sb["metadata"]["name"] != status_name]
+                if bound is not None and bound[1] != status_name:
+                    made = await self._claims(bound[1], ns, uid)
+                    if made is not None and made["metadata"]["name"] not in {
+                        sb["metadata"]["name"] for sb in others
+                    }:
+                        others.append(made)
+                    self.bound.pop(key, None)
+                if others:
+                    await self._delete_duplicates(claim, named, others)
+                return named
+            cp.named_gone = True
+        if not owned and bound is not None:
             # the cache may not show our own latest write yet: ask the API
-            for name in dict.fromkeys(n for n in (bound[1] if bound else "", status_name) if n):
-                try:
-                    sb = await self.client.get(SANDBOXES, name, ns)
-                except NotFound:
-                    cp.named_gone = cp.named_gone or name == status_name
-                    continue
-                if _controlled_by(sb, uid) and not sb["metadata"].get("deletionTimestamp"):
-                    return sb
-                cp.named_gone = cp.named_gone or name == status_name
-        if len(owned) > 1:
-            return await self._settle_duplicates(claim, owned)
+            made = await self._claims(bound[1], ns, uid)
+            if made is not None:
+                return made
         if owned:
-            return owned[0]
+            return dict(pick_kept(owned, ""))
         same_name = self.sandboxes.get(meta["name"], ns)
         if (
             same_name is not None
@@ -176,22 +186,46 @@ class ClaimProvider:
             )
         return None
 
-    async def _settle_duplicates(
-        self, claim: KubeObject, owned: Sequence[KubeObject]
-    ) -> KubeObject:
-        """Keep one sandbox (the one the claim's current status names, read from the API),
-        delete the others with a UID precondition."""
+    async def _claims(self, name: str, ns: str, uid: str) -> KubeObject | None:
+        """Sandbox ``name`` if it lives and the claim ``uid`` controls it: from the cache when
+        it says so, else from the API (a cache that says otherwise may lag); None when gone or
+        not the claim's."""
+        cached = self.sandboxes.get(name, ns)
+        if (
+            cached is not None
+            and _controlled_by(cached, uid)
+            and not cached["metadata"].get("deletionTimestamp")
+        ):
+            return cached
+        sb = await self._get_or_none(name, ns)
+        if sb is None or not _controlled_by(sb, uid) or sb["metadata"].get("deletionTimestamp"):
+            return None
+        return sb
+
+    async def _delete_duplicates(
+        self, claim: KubeObject, keep: KubeObject, others: Sequence[KubeObject]
+    ) -> None:
+        """Delete the claim's other sandboxes (UID precondition), only once the API confirms
+        that the claim's status names ``keep`` and that ``keep`` lives: nothing names the
+        others then, and nothing can while ``keep`` lives."""
         meta = claim["metadata"]
-        fresh = await self.client.get(SANDBOX_CLAIMS, meta["name"], meta["namespace"])
-        name = ((fresh.get("status") or {}).get("sandbox") or {}).get("name") or ""
-        keep = pick_kept(owned, name)
-        for sb in owned:
-            if sb is keep:
-                continue
+        ns, name = meta["namespace"], keep["metadata"]["name"]
+        fresh = await self.client.get(SANDBOX_CLAIMS, meta["name"], ns)
+        named = ((fresh.get("status") or {}).get("sandbox") or {}).get("name") or ""
+        if fresh["metadata"].get("uid") != meta["uid"] or named != name:
+            return
+        kept = await self._get_or_none(name, ns)
+        if (
+            kept is None
+            or not _controlled_by(kept, meta["uid"])
+            or kept["metadata"].get("deletionTimestamp")
+        ):
+            return
+        for sb in others:
             log.warning(
                 "claim controls several sandboxes; deleting the extra one",
                 extra={
-                    "claim": f"{meta['namespace']}/{meta['name']}",
+                    "claim": f"{ns}/{meta['name']}",
                     "sandbox": sb["metadata"]["name"],
                 },
             )
@@ -199,11 +233,10 @@ class ClaimProvider:
                 await self.client.delete(
                     SANDBOXES,
                     sb["metadata"]["name"],
-                    meta["namespace"],
+                    ns,
                     uid=sb["metadata"]["uid"],
                     propagation_policy="Background",
                 )
-        return dict(keep)
 
     # ---------------------------------------------------------------- provide
     async def provide(self, claim: KubeObject) -> KubeObject:
