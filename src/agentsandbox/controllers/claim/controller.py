@@ -44,10 +44,10 @@ from agentsandbox.api.resources import (
 from agentsandbox.controllers.claim import metrics as claim_metrics
 from agentsandbox.controllers.claim import tracing
 from agentsandbox.controllers.claim.act import (
-    ClaimPass,
     ClaimProvider,
     _controlled_by,
 )
+from agentsandbox.controllers.claim.assignment import ClaimChanged, ClaimPass, flush
 from agentsandbox.controllers.claim.handlers import ClaimWatches
 from agentsandbox.controllers.claim.plan import (
     EVENT_CLAIM_EXPIRED,
@@ -143,14 +143,17 @@ class ClaimReconciler:
         await self._remove_legacy_network_policy(claim)
         now = self.clock()
         claim, first_observed = self._with_first_observed(key, claim, now)
-        if first_observed and self.observability_annotations:
-            # persisted before anything else this pass writes, so before any status write:
-            # a watcher that sees the claim Ready sees the annotation too
-            written_claim = await self.write_first_observed(claim, first_observed)
-            if written_claim is None:  # changed or deleted under us: look again
-                return Result(requeue_after=CONFLICT_RECHECK)
-            claim = written_claim
+        # the first-observed time is persisted by this pass's first claim write (a warm
+        # claim's choice of sandbox), else on its own before anything else it writes: before
+        # any status write, so a watcher that sees the claim Ready sees the annotation too
+        cp = ClaimPass(claim, dict(first_observed or {}) if self.observability_annotations else {})
         expired, left = expiry(claim, now)
+        if expired and cp.pending:
+            try:
+                await flush(self.client, cp)
+            except ClaimChanged:
+                return Result(requeue_after=CONFLICT_RECHECK)
+            claim = cp.claim
         if expired and _ready_reason(claim) != REASON_CLAIM_EXPIRED:
             return await self._mark_expired(claim, now)  # made visible before anything is deleted
         if expired and shutdown_policy(claim) in (POLICY_DELETE, POLICY_DELETE_FOREGROUND):
@@ -159,18 +162,26 @@ class ClaimReconciler:
         sandbox: KubeObject | None = None
         failure: ClaimFailure | None = None
         error: KubeError | None = None
-        cp = ClaimPass(claim)
         try:
             if expired:
                 sandbox = await self._retire(claim)
             else:
                 sandbox = await self.writer.find_existing(cp)
                 if sandbox is None:
-                    sandbox = await self.writer.provide(claim)
+                    sandbox = await self.writer.provide(cp)
+        except ClaimChanged:  # changed or deleted under us: look again
+            return Result(requeue_after=CONFLICT_RECHECK)
         except ClaimFailure as f:
             failure = f
         except KubeError as err:
             failure, error = ClaimFailure(REASON_RECONCILER_ERROR, str(err), terminal=False), err
+        try:
+            await flush(self.client, cp)  # no claim write yet this pass: the annotation first
+        except ClaimChanged:
+            return Result(requeue_after=CONFLICT_RECHECK)
+        except KubeError as err:
+            raise _bounded(error or err, left) from (err if error else None)
+        claim = cp.claim
         # the status stops naming its sandbox only when this pass found it gone or not the
         # claim's, or had nothing to fail on: never on an error on the way
         keep = not cp.named_gone and failure is not None and failure.reason != SANDBOX_NOT_OWNED
@@ -357,23 +368,6 @@ class ClaimReconciler:
         return sb
 
     # ---------------------------------------------------------------- writes
-    async def write_first_observed(
-        self, claim: KubeObject, annotations: Mapping[str, str]
-    ) -> KubeObject | None:
-        """Persist the claim's first-observed annotation: one merge patch of its metadata,
-        preconditioned on the ``resourceVersion`` this pass read (docs/design/claim.md,
-        "Observability"). Returns the claim as written (the rest of the pass, its status write
-        included, goes on from that version); None when the claim changed or went since this
-        pass read it (look again)."""
-        meta = claim["metadata"]
-        body = {
-            "metadata": {"resourceVersion": meta["resourceVersion"], "annotations": annotations}
-        }
-        try:
-            return await self.client.patch(SANDBOX_CLAIMS, meta["name"], body, meta["namespace"])
-        except (Conflict, NotFound):
-            return None
-
     @tracing.status_span
     async def write_status(self, claim: KubeObject, status: Mapping[str, Any]) -> bool:
         """One merge patch of the status, preconditioned on the claim's resourceVersion.
