@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from agentsandbox.api import keys
+from agentsandbox.api.kinds import SANDBOX_CLAIM
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
 from agentsandbox.kube.errors import (
     ApiConnectionError,
@@ -181,3 +183,121 @@ async def test_a_published_sandbox_is_never_replaced_nor_deleted_by_a_lagging_pr
     assert api.violations == []
     assert status_name(p1) == x and ready_status(p1) == "True"
     assert [sb["metadata"]["name"] for sb in p1.owned_by(p1.claim())] == [x]
+
+
+# --------------------------------------------------------------------------- choices on claims
+CHOSEN = "agents.x-k8s.io/sandbox-name"
+
+
+def claim_owner_ref(claim: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": SANDBOX_CLAIM.api_version,
+        "kind": "SandboxClaim",
+        "name": claim["metadata"]["name"],
+        "uid": claim["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def choose(h: Harness, sb_name: str, *, label: bool = False) -> dict[str, Any]:
+    """A claim carrying a choice of ``sb_name`` as upstream's controller writes it (the
+    annotation; before v1.0.1 the label of the same key), caches caught up."""
+    body = claim_v1beta1()
+    body["metadata"]["labels" if label else "annotations"] = {CHOSEN: sb_name}
+    claim = h.add(SANDBOX_CLAIMS.plural, body)
+    return claim
+
+
+def adopted_by_upstream(h: Harness, sb: dict[str, Any], claim: dict[str, Any]) -> None:
+    stored = h.api.objects[(SANDBOXES.plural, NS, sb["metadata"]["name"])]
+    stored["metadata"]["ownerReferences"] = [claim_owner_ref(claim)]
+    for key in (keys.LABEL_WARM_POOL_SANDBOX, keys.LABEL_SANDBOX_POD_TEMPLATE_HASH):
+        stored["metadata"]["labels"].pop(key, None)
+    stored["metadata"]["resourceVersion"] = "7000"
+
+
+def sandbox_writes(h: Harness) -> list[tuple[str, str]]:
+    return [(v, n) for v, p, n in h.api.writes() if p == SANDBOXES.plural]
+
+
+@pytest.mark.parametrize("label", [False, True], ids=["annotation", "label"])
+async def test_a_choice_upstream_adopted_is_published_not_doubled(label: bool) -> None:
+    """Upstream's controller chose X and adopted it, then stopped before the claim's status
+    (switching controllers). The claim gets X, nothing else is adopted or created; a choice in
+    the deprecated label is moved to the annotation."""
+    h = Harness()
+    _, _, (x, _) = setup_pool(h, members=2)
+    claim = choose(h, x["metadata"]["name"], label=label)
+    adopted_by_upstream(h, x, claim)
+    h.sync()
+    h.api.calls.clear()
+    await h.reconcile()
+    assert status_name(h) == x["metadata"]["name"]
+    assert sandbox_writes(h) == []
+    assert [sb["metadata"]["name"] for sb in h.owned_by(h.claim())] == [x["metadata"]["name"]]
+    meta = h.claim()["metadata"]
+    assert meta["annotations"][CHOSEN] == x["metadata"]["name"]
+    assert CHOSEN not in (meta.get("labels") or {})
+
+
+@pytest.mark.parametrize("label", [False, True], ids=["annotation", "label"])
+@pytest.mark.parametrize("fresh_process", [False, True], ids=["same", "restarted"])
+async def test_a_choice_caught_mid_adoption_is_finished_not_doubled(
+    label: bool, fresh_process: bool
+) -> None:
+    """The claim chose X (written by upstream's controller, or by us before a crash), X is still
+    the pool's: the pass adopts X, and only X, though other pool sandboxes wait in the queue."""
+    api = HistoryApi()
+    h = Harness(api)
+    _, p, sbs = setup_pool(h, members=3)
+    x = sbs[1]
+    choose(h, x["metadata"]["name"], label=label)
+    if fresh_process:
+        h = Harness(api)
+        h.sync()
+    api.calls.clear()
+    await h.reconcile()
+    assert sandbox_writes(h) == [("patch", x["metadata"]["name"])]
+    assert status_name(h) == x["metadata"]["name"] and ready_status(h) == "True"
+    assert [sb["metadata"]["name"] for sb in h.owned_by(h.claim())] == [x["metadata"]["name"]]
+    meta = h.claim()["metadata"]
+    assert meta["annotations"][CHOSEN] == x["metadata"]["name"]
+    assert CHOSEN not in (meta.get("labels") or {})
+    h.sync()
+    left = {s["metadata"]["name"] for s in sbs} - {x["metadata"]["name"]}
+    assert set(h.r.queue.names((NS, p["metadata"]["name"]))) == left
+    assert api.violations == []
+
+
+@pytest.mark.parametrize("fate", ["deleted", "another_claims", "not_a_pool_sandbox"])
+@pytest.mark.parametrize("label", [False, True], ids=["annotation", "label"])
+async def test_a_dead_choice_is_cleared_then_one_sandbox_is_adopted(fate: str, label: bool) -> None:
+    """The chosen X is gone, another claim's, or no longer a pool sandbox (its pool released
+    it): the choice is cleared (a write preconditioned on the claim's version) and the claim
+    adopts one other pool sandbox; X is left alone."""
+    api = HistoryApi()
+    h = Harness(api)
+    _, _, (x, y) = setup_pool(h, members=2)
+    x_name = x["metadata"]["name"]
+    choose(h, x_name, label=label)
+    if fate == "deleted":
+        del api.objects[(SANDBOXES.plural, NS, x_name)]
+    elif fate == "another_claims":
+        other = h.add(SANDBOX_CLAIMS.plural, claim_v1beta1("other"))
+        adopted_by_upstream(h, x, other)
+    else:
+        api.objects[(SANDBOXES.plural, NS, x_name)]["metadata"]["ownerReferences"] = []
+    # the sandbox cache still shows X as a free pool sandbox: only the API knows
+    api.calls.clear()
+    await h.reconcile()
+    h.sync(SANDBOX_CLAIMS.plural)
+    if status_name(h) == "":
+        await h.reconcile()  # the pass that cleared the choice may look again
+    assert status_name(h) == y["metadata"]["name"]
+    assert [sb["metadata"]["name"] for sb in h.owned_by(h.claim())] == [y["metadata"]["name"]]
+    meta = h.claim()["metadata"]
+    assert meta["annotations"][CHOSEN] == y["metadata"]["name"]
+    assert CHOSEN not in (meta.get("labels") or {})
+    assert ("patch", x_name) not in sandbox_writes(h)
+    assert api.violations == []
