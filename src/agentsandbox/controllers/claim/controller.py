@@ -6,15 +6,15 @@ IPs, and forwards the sandbox's Ready condition, in one write.
 
 What keeps one sandbox from serving two claims, or one claim from getting two sandboxes:
 
+- a warm claim's choice is written on the claim first (an annotation, with the claim's
+  ``resourceVersion`` as precondition), and a pass that finds a choice finishes or clears that
+  one: a lost answer, a crash or a lagging cache never leads to a second adoption;
 - the adoption is a single merge patch carrying the sandbox's ``resourceVersion``: the apiserver
   applies it only to the exact version we vetted, so two claims (two workers, or two controller
   processes) racing for the same sandbox cannot both win; the loser moves to the next candidate;
-- before adopting or creating, the claim looks for any sandbox it already controls (an informer
-  index on the controller UID), and for what this process or the claim's status says it holds
-  (read from the API when the cache does not show it yet): a pass that crashed after the adoption
-  write, or a cache that lags, never leads to a second adoption;
-- a claim found controlling several sandboxes (only possible with two un-elected controllers)
-  keeps the one its status names and deletes the others with a UID precondition.
+- the sandbox the claim's status names is looked up first: while it lives and is the claim's it
+  stays the claim's, and any other sandbox the claim controls (only possible with two un-elected
+  controllers) is the one deleted, with a UID precondition.
 
 Terminal reasons (``TemplateNotFound``, ``WarmPoolNotFound``) are written only after a GET
 against the API (not the cache) answered 404, and only for a claim that has no sandbox yet.
