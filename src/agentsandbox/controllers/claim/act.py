@@ -465,10 +465,10 @@ class ClaimProvider:
                 )
             except NotFound:
                 break
-            except Conflict:
-                continue  # look again at its current version
-            except KubeError:
-                self.picker.put_back(sb)
+            except KubeError as err:
+                self.picker.put_back(sb)  # free as far as anyone knows
+                if isinstance(err, Conflict):
+                    continue  # look again at its current version
                 raise
             if from_label:
                 await self._migrate_label(cp, name)

@@ -301,3 +301,36 @@ async def test_a_dead_choice_is_cleared_then_one_sandbox_is_adopted(fate: str, l
     assert CHOSEN not in (meta.get("labels") or {})
     assert ("patch", x_name) not in sandbox_writes(h)
     assert api.violations == []
+
+
+@pytest.mark.parametrize("failure", ["500", "conflict"])
+async def test_a_failed_finish_keeps_the_choice_and_the_sandbox_queued(failure: str) -> None:
+    """Finishing a chosen X fails (a 500; or X keeps changing: a 409 on every try): X stays
+    free and queued, the claim keeps its choice, and a later pass adopts X, no other."""
+    api = HistoryApi()
+    h = Harness(api)
+    _, p, sbs = setup_pool(h, members=2)
+    x = sbs[0]["metadata"]["name"]
+    choose(h, x)
+    if failure == "500":
+        api.fail[("patch", SANDBOXES.plural)] = [InternalError(message="etcd timeout")]
+        with pytest.raises(KubeError):
+            await h.reconcile()
+    else:
+        bumps = iter(range(8000, 9000))
+
+        def keeps_changing(verb: str, plural: str, name: str) -> None:
+            if (verb, plural, name) == ("patch", SANDBOXES.plural, x):
+                api.objects[(plural, NS, name)]["metadata"]["resourceVersion"] = str(next(bumps))
+
+        api.before = keeps_changing
+        await h.reconcile()
+        api.before = None
+    assert h.owned_by(h.claim()) == []
+    assert h.claim()["metadata"]["annotations"][CHOSEN] == x
+    assert x in set(h.r.queue.names((NS, p["metadata"]["name"])))
+    h.sync(SANDBOX_CLAIMS.plural)
+    await h.reconcile()
+    assert [sb["metadata"]["name"] for sb in h.owned_by(h.claim())] == [x]
+    assert status_name(h) == x
+    assert api.violations == []
