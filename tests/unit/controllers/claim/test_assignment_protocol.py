@@ -20,6 +20,7 @@ from agentsandbox.kube.errors import (
     Invalid,
     KubeError,
 )
+from agentsandbox.kube.metrics import REGISTRY
 from tests.unit.controllers.claim.history import HistoryApi
 from tests.unit.controllers.claim.test_controller import (
     NS,
@@ -334,3 +335,19 @@ async def test_a_failed_finish_keeps_the_choice_and_the_sandbox_queued(failure: 
     assert [sb["metadata"]["name"] for sb in h.owned_by(h.claim())] == [x]
     assert status_name(h) == x
     assert api.violations == []
+
+
+async def test_without_annotations_a_warm_claim_still_records_its_controller_latency() -> None:
+    """With --disable-claim-observability-annotations the first-observed time lives in memory;
+    the claim's choice write returns the claim without it, and the first Ready must still be
+    measured from it."""
+    h = Harness()
+    h.r.observability_annotations = False
+    setup_pool(h, members=1)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    labels = {"launch_type": "warm", "sandbox_template": "tpl"}
+    family = "agent_sandbox_claim_controller_startup_latency_ms_count"
+    before = REGISTRY.get_sample_value(family, labels) or 0.0
+    await h.reconcile()
+    assert ready_status(h) == "True"
+    assert (REGISTRY.get_sample_value(family, labels) or 0.0) == before + 1
