@@ -181,7 +181,9 @@ class ClaimReconciler:
             return Result(requeue_after=CONFLICT_RECHECK)
         except KubeError as err:
             raise _bounded(error or err, left) from (err if error else None)
-        claim = cp.claim
+        # the claim as last written, with the first-observed time kept in memory when it is not
+        # persisted (the startup latency is measured from it)
+        claim, _ = self._with_first_observed(key, cp.claim, now)
         # the status stops naming its sandbox only when this pass found it gone or not the
         # claim's, or had nothing to fail on: never on an error on the way
         keep = not cp.named_gone and failure is not None and failure.reason != SANDBOX_NOT_OWNED
