@@ -129,9 +129,10 @@ class ClaimProvider:
     async def find_existing(self, cp: ClaimPass) -> KubeObject | None:
         """The sandbox this claim already has, if any (docs/design/claim.md, "Finding the
         claim's sandbox"): the one its status names when that one lives and is the claim's
-        (it wins over any other: the others are duplicates, deleted); else one the claim's
-        controller index shows, else what this process made for it (read from the API when
-        the cache does not show it yet)."""
+        (it wins over any other: the others are duplicates, deleted); else the one the claim
+        chose, once adopted (a choice still pool-owned is left to :meth:`provide`); else one
+        the claim's controller index shows, else what this process made for it (read from the
+        API when the cache does not show it yet)."""
         claim = cp.claim
         meta = claim["metadata"]
         ns, uid, key = meta["namespace"], meta["uid"], f"{meta['namespace']}/{meta['name']}"
