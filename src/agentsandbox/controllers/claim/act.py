@@ -1,11 +1,12 @@
 """The SandboxClaim controller's act step, the provide half: get a claim its one Sandbox.
 
-:class:`ClaimProvider` holds it (the reconciler in :mod:`.controller` holds one): the sandbox
-the claim already controls (the controller-UID index, then what this process or the claim's
-status says it holds, read from the API when the cache does not show it yet), settling
-duplicates with a UID precondition; else a pool sandbox adopted by a merge patch carrying its
-``resourceVersion`` (a lost race moves on to the next candidate); else a cold sandbox created
-from the template.
+:class:`ClaimProvider` holds it (the reconciler in :mod:`.controller` holds one). In this order:
+the sandbox the claim's status names, when it lives and is the claim's (it wins; any other the
+claim controls is a duplicate, deleted); the pool sandbox the claim has chosen (the claim's
+assignment annotation), finished or cleared, never abandoned for another; one the controller-UID
+index shows, or this process made; else a pool sandbox, chosen on the claim first (the
+annotation, written with the claim's ``resourceVersion``) and then adopted by a merge patch
+carrying the sandbox's ``resourceVersion``; else a cold sandbox created from the template.
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ from agentsandbox.api.resources import (
 )
 from agentsandbox.controllers.claim import metrics as claim_metrics
 from agentsandbox.controllers.claim import tracing
+from agentsandbox.controllers.claim.assignment import (
+    ASSIGNED_SANDBOX,
+    ClaimChanged,
+    ClaimPass,
+    assignment,
+    flush,
+    write_claim_metadata,
+)
 from agentsandbox.controllers.claim.candidates import SPREAD, CandidatePicker
 from agentsandbox.controllers.claim.claimed_sandbox import (
     adoption_patch,
@@ -52,7 +61,7 @@ from agentsandbox.controllers.claim.plan import (
 )
 from agentsandbox.controllers.claim.warm_index import WarmQueue
 from agentsandbox.kube.client import Client
-from agentsandbox.kube.errors import AlreadyExists, Conflict, Forbidden, NotFound
+from agentsandbox.kube.errors import AlreadyExists, Conflict, Forbidden, KubeError, NotFound
 from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.resources import Resource
@@ -62,6 +71,7 @@ __all__ = [
     "MAX_ADOPTION_ATTEMPTS",
     "MAX_ADOPTION_LOOKS",
     "SPREAD",
+    "ClaimPass",
     "ClaimProvider",
 ]
 
@@ -69,6 +79,7 @@ log = logging.getLogger("agentsandbox.claim")
 
 MAX_ADOPTION_ATTEMPTS = 5  # failed adoptions before the cold fallback
 MAX_ADOPTION_LOOKS = 64  # candidates looked at in one pass, lost races included
+MAX_COMMIT_TRIES = 3  # claim writes of one choice refused by a moving claim, before looking again
 
 
 def _controlled_by(sb: KubeObject, uid: str) -> bool:
@@ -115,9 +126,14 @@ class ClaimProvider:
             self.recorder.event(claim, kind, reason, note, action=action)
 
     # ---------------------------------------------------------------- lookup
-    async def find_existing(self, claim: KubeObject) -> KubeObject | None:
-        """The sandbox this claim already controls, if any, settling duplicates
-        (docs/design/claim.md, "Finding the claim's sandbox")."""
+    async def find_existing(self, cp: ClaimPass) -> KubeObject | None:
+        """The sandbox this claim already has, if any (docs/design/claim.md, "Finding the
+        claim's sandbox"): the one its status names when that one lives and is the claim's
+        (it wins over any other: the others are duplicates, deleted); else the one the claim
+        chose, once adopted (a choice still pool-owned is left to :meth:`provide`); else one
+        the claim's controller index shows, else what this process made for it (read from the
+        API when the cache does not show it yet)."""
+        claim = cp.claim
         meta = claim["metadata"]
         ns, uid, key = meta["namespace"], meta["uid"], f"{meta['namespace']}/{meta['name']}"
         status_name = ((claim.get("status") or {}).get("sandbox") or {}).get("name") or ""
@@ -132,19 +148,36 @@ class ClaimProvider:
         ):
             self.bound.pop(key, None)  # the cache caught up (or another claim of that name)
             bound = None
-        if not owned:
+        if status_name:
+            named = await self._claims(status_name, ns, uid)
+            if named is not None:
+                others = [sb for sb in owned if sb["metadata"]["name"] != status_name]
+                if bound is not None and bound[1] != status_name:
+                    made = await self._claims(bound[1], ns, uid)
+                    if made is not None and made["metadata"]["name"] not in {
+                        sb["metadata"]["name"] for sb in others
+                    }:
+                        others.append(made)
+                    self.bound.pop(key, None)
+                if others:
+                    await self._delete_duplicates(claim, named, others)
+                return named
+            cp.named_gone = True
+        chosen, from_label = assignment(claim)
+        if chosen:
+            done = await self._claims(chosen, ns, uid)
+            if done is not None:  # the choice was adopted (by this pass's predecessor)
+                if from_label:
+                    await self._migrate_label(cp, chosen)
+                return done
+            # not the claim's yet: provide() finishes or clears that choice
+        if not owned and bound is not None:
             # the cache may not show our own latest write yet: ask the API
-            for name in dict.fromkeys(n for n in (bound[1] if bound else "", status_name) if n):
-                try:
-                    sb = await self.client.get(SANDBOXES, name, ns)
-                except NotFound:
-                    continue
-                if _controlled_by(sb, uid) and not sb["metadata"].get("deletionTimestamp"):
-                    return sb
-        if len(owned) > 1:
-            return await self._settle_duplicates(claim, owned)
+            made = await self._claims(bound[1], ns, uid)
+            if made is not None:
+                return made
         if owned:
-            return owned[0]
+            return dict(pick_kept(owned, ""))
         same_name = self.sandboxes.get(meta["name"], ns)
         if (
             same_name is not None
@@ -160,22 +193,46 @@ class ClaimProvider:
             )
         return None
 
-    async def _settle_duplicates(
-        self, claim: KubeObject, owned: Sequence[KubeObject]
-    ) -> KubeObject:
-        """Keep one sandbox (the one the claim's current status names, read from the API),
-        delete the others with a UID precondition."""
+    async def _claims(self, name: str, ns: str, uid: str) -> KubeObject | None:
+        """Sandbox ``name`` if it lives and the claim ``uid`` controls it: from the cache when
+        it says so, else from the API (a cache that says otherwise may lag); None when gone or
+        not the claim's."""
+        cached = self.sandboxes.get(name, ns)
+        if (
+            cached is not None
+            and _controlled_by(cached, uid)
+            and not cached["metadata"].get("deletionTimestamp")
+        ):
+            return cached
+        sb = await self._get_or_none(name, ns)
+        if sb is None or not _controlled_by(sb, uid) or sb["metadata"].get("deletionTimestamp"):
+            return None
+        return sb
+
+    async def _delete_duplicates(
+        self, claim: KubeObject, keep: KubeObject, others: Sequence[KubeObject]
+    ) -> None:
+        """Delete the claim's other sandboxes (UID precondition), only once the API confirms
+        that the claim's status names ``keep`` and that ``keep`` lives: nothing names the
+        others then, and nothing can while ``keep`` lives."""
         meta = claim["metadata"]
-        fresh = await self.client.get(SANDBOX_CLAIMS, meta["name"], meta["namespace"])
-        name = ((fresh.get("status") or {}).get("sandbox") or {}).get("name") or ""
-        keep = pick_kept(owned, name)
-        for sb in owned:
-            if sb is keep:
-                continue
+        ns, name = meta["namespace"], keep["metadata"]["name"]
+        fresh = await self.client.get(SANDBOX_CLAIMS, meta["name"], ns)
+        named = ((fresh.get("status") or {}).get("sandbox") or {}).get("name") or ""
+        if fresh["metadata"].get("uid") != meta["uid"] or named != name:
+            return
+        kept = await self._get_or_none(name, ns)
+        if (
+            kept is None
+            or not _controlled_by(kept, meta["uid"])
+            or kept["metadata"].get("deletionTimestamp")
+        ):
+            return
+        for sb in others:
             log.warning(
                 "claim controls several sandboxes; deleting the extra one",
                 extra={
-                    "claim": f"{meta['namespace']}/{meta['name']}",
+                    "claim": f"{ns}/{meta['name']}",
                     "sandbox": sb["metadata"]["name"],
                 },
             )
@@ -183,15 +240,16 @@ class ClaimProvider:
                 await self.client.delete(
                     SANDBOXES,
                     sb["metadata"]["name"],
-                    meta["namespace"],
+                    ns,
                     uid=sb["metadata"]["uid"],
                     propagation_policy="Background",
                 )
-        return dict(keep)
 
     # ---------------------------------------------------------------- provide
-    async def provide(self, claim: KubeObject) -> KubeObject:
-        """Adopt a pool sandbox or create one (docs/design/claim.md, "Warm or cold")."""
+    async def provide(self, cp: ClaimPass) -> KubeObject:
+        """Finish the pool sandbox the claim has chosen, else adopt one, else create one
+        (docs/design/claim.md, "Warm or cold")."""
+        claim = cp.claim
         source = claim_source(claim)
         problem = validate_additional_metadata(
             (claim.get("spec") or {}).get("additionalPodMetadata")
@@ -199,12 +257,18 @@ class ClaimProvider:
         if problem is not None:
             raise ClaimFailure("InvalidMetadata", f"invalid additionalPodMetadata: {problem}")
         template, pools = await self._resolve(claim, source)
+        chosen, from_label = assignment(claim)
+        if chosen:
+            done = await self._finish(cp, chosen, from_label, template, pools)
+            if done is not None:
+                return done
         forced = forces_cold_start(claim)
         if source.policy != POLICY_NONE and forced is None and pools:
-            adopted = await self._adopt(claim, template, pools)
+            adopted = await self._adopt(cp, template, pools)
             if adopted is not None:
                 return adopted
-        created = await self._create(claim, template)
+        await flush(self.client, cp)  # the first-observed time before anything the claim makes
+        created = await self._create(cp.claim, template)
         if forced is not None and source.policy != POLICY_NONE and pools:
             self.event(
                 claim,
@@ -262,29 +326,50 @@ class ClaimProvider:
 
     @tracing.adopt_span
     async def _adopt(
-        self, claim: KubeObject, template: KubeObject, pools: Sequence[KubeObject]
+        self, cp: ClaimPass, template: KubeObject, pools: Sequence[KubeObject]
     ) -> KubeObject | None:
-        meta = claim["metadata"]
+        """Choose a pool sandbox on the claim, then adopt it; a choice found gone or taken is
+        replaced by the next one in the same claim write (the claim's resourceVersion proves
+        that nothing else was chosen meanwhile)."""
+        meta = cp.claim["metadata"]
         ns = meta["namespace"]
-        candidates = self.picker.start(claim, template, pools)
+        candidates = self.picker.start(cp.claim, template, pools)
         failures = 0
+        committed = ""  # this pass's choice, on the claim and found dead
         for _ in range(MAX_ADOPTION_LOOKS):
             if failures >= MAX_ADOPTION_ATTEMPTS:
                 break
             candidate = candidates.pick()
             if candidate is None:
-                return None
+                break
             name = candidate["metadata"]["name"]
             try:
+                other, from_label = await self._commit(cp, name, committed)
+            except (KubeError, ClaimChanged):
+                self.picker.put_back(candidate)
+                raise
+            if other:  # another pass chose first: finish or clear that choice, never ours
+                self.picker.put_back(candidate)
+                done = await self._finish(cp, other, from_label, template, pools)
+                if done is not None:
+                    return done
+                committed = ""
+                continue
+            committed = name
+            try:
                 adopted = await self.client.patch(
-                    SANDBOXES, name, adoption_patch(candidate, claim, template), ns
+                    SANDBOXES, name, adoption_patch(candidate, cp.claim, template), ns
                 )
             except NotFound:
                 continue  # gone since we looked (our cache was late): next candidate
             except Conflict:
                 # changed since we looked: another claim took it, another process of ours
                 # adopted it for this very claim (leader election off), or only its status moved
-                fresh = await self._get_or_none(name, ns)
+                try:
+                    fresh = await self._get_or_none(name, ns)
+                except KubeError:
+                    self.picker.put_back(candidate)
+                    raise
                 if fresh is None:
                     continue
                 if _controlled_by(fresh, meta["uid"]):
@@ -292,11 +377,14 @@ class ClaimProvider:
                 elif (problem := candidates.problem(fresh)) is None:
                     try:  # still a free pool sandbox: one more try at its current version
                         adopted = await self.client.patch(
-                            SANDBOXES, name, adoption_patch(fresh, claim, template), ns
+                            SANDBOXES, name, adoption_patch(fresh, cp.claim, template), ns
                         )
                     except (Conflict, NotFound):
                         failures += 1
                         continue
+                    except KubeError:
+                        self.picker.put_back(fresh)
+                        raise
                     candidate = fresh
                 else:
                     # taken by another writer after our cache saw it: our cache was late, the
@@ -307,20 +395,131 @@ class ClaimProvider:
                         failures += 1
                     log.debug("adoption of %s/%s lost: %s", ns, name, problem)
                     continue
-            self.bound[f"{ns}/{meta['name']}"] = (meta["uid"], name)
-            self.event(
-                claim, "Normal", EVENT_ADOPTED, f'Adopted warm pool Sandbox "{name}"', "Adoption"
-            )
-            claim_metrics.count_claim_creation(
-                ns,
-                template["metadata"]["name"],
-                keys.LAUNCH_TYPE_WARM,
-                pool_owner(candidate) or "",
-                is_sandbox_ready(candidate),
-                created_by=claim_metrics.claim_created_by(claim),
-            )
+            except KubeError:
+                # refused or unanswered: the sandbox is free as far as anyone knows; the claim
+                # keeps its choice, and its next pass finishes (or clears) that one
+                self.picker.put_back(candidate)
+                raise
+            self._adopted(cp.claim, template, candidate)
             return adopted
+        if committed:
+            await self._clear(cp, committed, from_label=False)
         return None
+
+    async def _commit(self, cp: ClaimPass, name: str, replaces: str) -> tuple[str, bool]:
+        """Write the claim's choice of ``name`` (replacing ``replaces``, this pass's own dead
+        choice, if any). Returns ("", False) once written, else the choice the claim already
+        carries (written by another pass) and whether it is the deprecated label.
+        :class:`ClaimChanged` when the claim moved in a way this pass must look at again."""
+        for _ in range(MAX_COMMIT_TRIES):
+            try:
+                await write_claim_metadata(self.client, cp, {ASSIGNED_SANDBOX: name})
+                return "", False
+            except ClaimChanged:
+                pass
+            meta = cp.claim["metadata"]
+            try:
+                fresh = await self.client.get(SANDBOX_CLAIMS, meta["name"], meta["namespace"])
+            except NotFound:
+                raise ClaimChanged("the claim is gone") from None
+            if fresh["metadata"].get("uid") != meta["uid"]:
+                raise ClaimChanged("the claim was replaced")
+            if ((fresh.get("status") or {}).get("sandbox") or {}).get("name"):
+                raise ClaimChanged("the claim's status names a sandbox now")
+            chosen, from_label = assignment(fresh)
+            annotations = fresh["metadata"].get("annotations") or {}
+            cp.pending = {k: v for k, v in cp.pending.items() if k not in annotations}
+            cp.claim = fresh
+            if chosen == name and not from_label:
+                return "", False  # an earlier write of ours was applied after all
+            if chosen and chosen != replaces:
+                return chosen, from_label
+        raise ClaimChanged("the claim keeps changing")
+
+    async def _finish(
+        self,
+        cp: ClaimPass,
+        name: str,
+        from_label: bool,
+        template: KubeObject,
+        pools: Sequence[KubeObject],
+    ) -> KubeObject | None:
+        """Finish the adoption of the pool sandbox the claim has chosen, or, when it is gone,
+        another's or no longer one this claim may have, clear the choice (None)."""
+        meta = cp.claim["metadata"]
+        ns, uid = meta["namespace"], meta["uid"]
+        candidates = self.picker.start(cp.claim, template, pools)
+        for _ in range(MAX_COMMIT_TRIES):
+            sb = await self._get_or_none(name, ns)
+            if sb is not None and _controlled_by(sb, uid):
+                if sb["metadata"].get("deletionTimestamp"):
+                    break
+                if from_label:
+                    await self._migrate_label(cp, name)
+                return sb
+            # a choice already made is finished even before its pod has an IP (upstream's too)
+            if sb is None or candidates.problem(sb, need_pod_ips=False) is not None:
+                break
+            self.queue.remove(ns, name)  # chosen: no other claim of ours should try it
+            try:
+                adopted = await self.client.patch(
+                    SANDBOXES, name, adoption_patch(sb, cp.claim, template), ns
+                )
+            except NotFound:
+                break
+            except KubeError as err:
+                self.picker.put_back(sb)  # free as far as anyone knows
+                if isinstance(err, Conflict):
+                    continue  # look again at its current version
+                raise
+            if from_label:
+                await self._migrate_label(cp, name)
+            self._adopted(cp.claim, template, sb)
+            return adopted
+        else:
+            raise ClaimChanged(f"the chosen sandbox {name} keeps changing")
+        await self._clear(cp, name, from_label=from_label)
+        return None
+
+    async def _clear(self, cp: ClaimPass, name: str, *, from_label: bool) -> None:
+        """Remove the claim's choice of ``name`` (it is gone or another's)."""
+        log.info(
+            "the claim's chosen sandbox is gone or not adoptable; clearing the choice",
+            extra={
+                "claim": f"{cp.claim['metadata']['namespace']}/{cp.claim['metadata']['name']}",
+                "sandbox": name,
+            },
+        )
+        if from_label:
+            await write_claim_metadata(self.client, cp, labels={ASSIGNED_SANDBOX: None})
+        else:
+            await write_claim_metadata(self.client, cp, {ASSIGNED_SANDBOX: None})
+
+    async def _migrate_label(self, cp: ClaimPass, name: str) -> None:
+        """Move a choice read from the deprecated label to the annotation (failure: logged; the
+        label keeps working)."""
+        try:
+            await write_claim_metadata(
+                self.client, cp, {ASSIGNED_SANDBOX: name}, labels={ASSIGNED_SANDBOX: None}
+            )
+        except ClaimChanged:
+            log.info("could not move the claim's sandbox label to the annotation; next pass")
+
+    def _adopted(self, claim: KubeObject, template: KubeObject, candidate: KubeObject) -> None:
+        meta = claim["metadata"]
+        ns, name = meta["namespace"], candidate["metadata"]["name"]
+        self.bound[f"{ns}/{meta['name']}"] = (meta["uid"], name)
+        self.event(
+            claim, "Normal", EVENT_ADOPTED, f'Adopted warm pool Sandbox "{name}"', "Adoption"
+        )
+        claim_metrics.count_claim_creation(
+            ns,
+            template["metadata"]["name"],
+            keys.LAUNCH_TYPE_WARM,
+            pool_owner(candidate) or "",
+            is_sandbox_ready(candidate),
+            created_by=claim_metrics.claim_created_by(claim),
+        )
 
     async def _get_or_none(self, name: str, ns: str) -> KubeObject | None:
         try:

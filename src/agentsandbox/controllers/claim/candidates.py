@@ -141,10 +141,11 @@ class AdoptionPass:
             vetted=self._vetted,
         )
 
-    def problem(self, sb: KubeObject) -> str | None:
-        """Why ``sb`` (a fresh copy, say) may not serve the claim, or None."""
+    def problem(self, sb: KubeObject, *, need_pod_ips: bool = True) -> str | None:
+        """Why ``sb`` (a fresh copy, say) may not serve the claim, or None; ``need_pod_ips``
+        False: a sandbox whose pod has no IP yet may (a choice already committed)."""
         problem = self._problem(sb, CandidatePicker.pool_of(sb, self.pools))
-        if problem is None and not _has_pod_ips(sb):
+        if problem is None and need_pod_ips and not _has_pod_ips(sb):
             return "the sandbox's pod has no IP yet"
         return problem
 

@@ -6,15 +6,15 @@ IPs, and forwards the sandbox's Ready condition, in one write.
 
 What keeps one sandbox from serving two claims, or one claim from getting two sandboxes:
 
+- a warm claim's choice is written on the claim first (an annotation, with the claim's
+  ``resourceVersion`` as precondition), and a pass that finds a choice finishes or clears that
+  one: a lost answer, a crash or a lagging cache never leads to a second adoption;
 - the adoption is a single merge patch carrying the sandbox's ``resourceVersion``: the apiserver
   applies it only to the exact version we vetted, so two claims (two workers, or two controller
   processes) racing for the same sandbox cannot both win; the loser moves to the next candidate;
-- before adopting or creating, the claim looks for any sandbox it already controls (an informer
-  index on the controller UID), and for what this process or the claim's status says it holds
-  (read from the API when the cache does not show it yet): a pass that crashed after the adoption
-  write, or a cache that lags, never leads to a second adoption;
-- a claim found controlling several sandboxes (only possible with two un-elected controllers)
-  keeps the one its status names and deletes the others with a UID precondition.
+- the sandbox the claim's status names is looked up first: while it lives and is the claim's it
+  stays the claim's, and any other sandbox the claim controls (only possible with two un-elected
+  controllers) is the one deleted, with a UID precondition.
 
 Terminal reasons (``TemplateNotFound``, ``WarmPoolNotFound``) are written only after a GET
 against the API (not the cache) answered 404, and only for a claim that has no sandbox yet.
@@ -44,6 +44,7 @@ from agentsandbox.api.resources import (
 from agentsandbox.controllers.claim import metrics as claim_metrics
 from agentsandbox.controllers.claim import tracing
 from agentsandbox.controllers.claim.act import ClaimProvider
+from agentsandbox.controllers.claim.assignment import ClaimChanged, ClaimPass, flush
 from agentsandbox.controllers.claim.candidates import CandidatesPending
 from agentsandbox.controllers.claim.handlers import (
     OWNER_INDEX,
@@ -147,14 +148,17 @@ class ClaimReconciler:
         await self._remove_legacy_network_policy(claim)
         now = self.clock()
         claim, first_observed = self._with_first_observed(key, claim, now)
-        if first_observed and self.observability_annotations:
-            # persisted before anything else this pass writes, so before any status write:
-            # a watcher that sees the claim Ready sees the annotation too
-            written_claim = await self.write_first_observed(claim, first_observed)
-            if written_claim is None:  # changed or deleted under us: look again
-                return Result(requeue_after=CONFLICT_RECHECK)
-            claim = written_claim
+        # the first-observed time is persisted by this pass's first claim write (a warm
+        # claim's choice of sandbox), else on its own before anything else it writes: before
+        # any status write, so a watcher that sees the claim Ready sees the annotation too
+        cp = ClaimPass(claim, dict(first_observed or {}) if self.observability_annotations else {})
         expired, left = expiry(claim, now)
+        if expired and cp.pending:
+            try:
+                await flush(self.client, cp)
+            except ClaimChanged:
+                return Result(requeue_after=CONFLICT_RECHECK)
+            claim = cp.claim
         if expired and _ready_reason(claim) != REASON_CLAIM_EXPIRED:
             return await self._mark_expired(claim, now)  # made visible before anything is deleted
         if expired and shutdown_policy(claim) in (POLICY_DELETE, POLICY_DELETE_FOREGROUND):
@@ -167,23 +171,39 @@ class ClaimReconciler:
             if expired:
                 sandbox = await self._retire(claim)
             else:
-                sandbox = await self.writer.find_existing(claim)
+                sandbox = await self.writer.find_existing(cp)
                 if sandbox is None:
-                    sandbox = await self.writer.provide(claim)
+                    sandbox = await self.writer.provide(cp)
         except CandidatesPending as pending:
             # pool sandboxes about to get a pod IP, and the claim is young: look again shortly,
             # before any status is written or a cold sandbox made
             return Result(requeue_after=pending.retry_after)
+        except ClaimChanged:  # changed or deleted under us: look again
+            return Result(requeue_after=CONFLICT_RECHECK)
         except ClaimFailure as f:
             failure = f
         except KubeError as err:
             failure, error = ClaimFailure(REASON_RECONCILER_ERROR, str(err), terminal=False), err
-        status = claim_status(claim, sandbox, failure, now, expired)
+        try:
+            await flush(self.client, cp)  # no claim write yet this pass: the annotation first
+        except ClaimChanged:
+            return Result(requeue_after=CONFLICT_RECHECK)
+        except KubeError as err:
+            raise _bounded(error or err, left) from (err if error else None)
+        # the claim as last written, with the first-observed time kept in memory when it is not
+        # persisted (the startup latency is measured from it)
+        claim, _ = self._with_first_observed(key, cp.claim, now)
+        # the status stops naming its sandbox only when this pass found it gone or not the
+        # claim's, or had nothing to fail on: never on an error on the way
+        keep = not cp.named_gone and failure is not None and failure.reason != SANDBOX_NOT_OWNED
+        status = claim_status(claim, sandbox, failure, now, expired, keep_sandbox=keep)
         if not expired:
             # the Finished condition just mirrored may start a TTL that is already over
             expired, left = expiry(with_status(claim, status), now)
             if expired:
-                status = claim_status(with_status(claim, status), sandbox, failure, now, True)
+                status = claim_status(
+                    with_status(claim, status), sandbox, failure, now, True, keep_sandbox=keep
+                )
         try:
             written = await self.write_status(claim, status)
         except KubeError as err:
@@ -375,23 +395,6 @@ class ClaimReconciler:
         return dict(pick_kept(owned, name))
 
     # ---------------------------------------------------------------- writes
-    async def write_first_observed(
-        self, claim: KubeObject, annotations: Mapping[str, str]
-    ) -> KubeObject | None:
-        """Persist the claim's first-observed annotation: one merge patch of its metadata,
-        preconditioned on the ``resourceVersion`` this pass read (docs/design/claim.md,
-        "Observability"). Returns the claim as written (the rest of the pass, its status write
-        included, goes on from that version); None when the claim changed or went since this
-        pass read it (look again)."""
-        meta = claim["metadata"]
-        body = {
-            "metadata": {"resourceVersion": meta["resourceVersion"], "annotations": annotations}
-        }
-        try:
-            return await self.client.patch(SANDBOX_CLAIMS, meta["name"], body, meta["namespace"])
-        except (Conflict, NotFound):
-            return None
-
     @tracing.status_span
     async def write_status(self, claim: KubeObject, status: Mapping[str, Any]) -> bool:
         """One merge patch of the status, preconditioned on the claim's resourceVersion.

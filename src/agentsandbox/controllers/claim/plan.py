@@ -330,9 +330,15 @@ def claim_status(
     failure: ClaimFailure | None,
     now: float,
     expired: bool = False,
+    *,
+    keep_sandbox: bool = False,
 ) -> dict[str, Any]:
     """The whole claim status: the bound sandbox (name, pod IPs), Ready, Finished mirrored
-    (kept as it is when an expired claim has no sandbox left)."""
+    (kept as it is when an expired claim has no sandbox left).
+
+    With no ``sandbox``, ``status.sandbox`` is emptied, unless ``keep_sandbox``: the pass failed
+    for a reason that says nothing about the sandbox the status names (an API error on the way),
+    and the next pass must still find it there."""
     old = claim.get("status") or {}
     when = dt.datetime.fromtimestamp(now, dt.UTC)
     conditions, _ = set_status_condition(
@@ -354,6 +360,9 @@ def claim_status(
             "name": sandbox["metadata"]["name"],
             "podIPs": list((sandbox.get("status") or {}).get("podIPs") or []),
         }
+    elif keep_sandbox:
+        kept = old.get("sandbox") or {}
+        status["sandbox"] = {"name": kept.get("name") or "", "podIPs": kept.get("podIPs") or None}
     else:
         status["sandbox"] = {"name": "", "podIPs": None}
     return status

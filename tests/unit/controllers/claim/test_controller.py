@@ -275,9 +275,10 @@ def setup_pool(
 
 
 # ------------------------------------------------------------------------------------ warm path
-async def test_warm_claim_adopts_a_pool_sandbox_in_one_sandbox_write_and_one_status_write() -> None:
-    """With --disable-claim-observability-annotations: exactly one write each, and the
-    first-Ready guard annotations after them."""
+async def test_warm_claim_chooses_then_adopts_a_pool_sandbox_then_writes_its_status() -> None:
+    """With --disable-claim-observability-annotations: one write each, in this order: the
+    claim's choice (the annotation), the sandbox's adoption, the claim's status; then the
+    first-Ready guard annotations."""
     h = Harness()
     h.r.observability_annotations = False
     _, _, sbs = setup_pool(h)
@@ -287,10 +288,12 @@ async def test_warm_claim_adopts_a_pool_sandbox_in_one_sandbox_write_and_one_sta
     name = h.claim()["status"]["sandbox"]["name"]
     original = next(s for s in sbs if s["metadata"]["name"] == name)
     assert h.api.writes() == [
+        ("patch", "sandboxclaims", "claim"),
         ("patch", "sandboxes", name),
         ("patch-status", "sandboxclaims", "claim"),
         ("patch", "sandboxclaims", "claim"),
     ]
+    assert h.claim()["metadata"]["annotations"]["agents.x-k8s.io/sandbox-name"] == name
     sb = h.sandbox(name)
     meta = sb["metadata"]
     assert meta["ownerReferences"] == [
@@ -789,8 +792,14 @@ async def test_a_lost_status_write_is_retried_without_adopting_again() -> None:
     h = Harness()
     setup_pool(h)
     h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
-    stored = h.api.objects[(SANDBOX_CLAIMS.plural, NS, "claim")]
-    stored["metadata"]["resourceVersion"] = "changed-by-a-user"  # e.g. a label edit
+
+    def user_edit(verb: str, plural: str, name: str) -> None:
+        if (verb, plural) == ("patch-status", SANDBOX_CLAIMS.plural) and h.api.before:
+            h.api.before = None
+            stored = h.api.objects[(plural, NS, name)]
+            stored["metadata"]["resourceVersion"] = "changed-by-a-user"  # e.g. a label edit
+
+    h.api.before = user_edit
     result = await h.reconcile()
     assert result is not None and result.requeue_after is not None and result.requeue_after < 1
     h.sync()

@@ -1,7 +1,8 @@
-"""The claim's first-observed annotation is written before the status write that makes the claim
-Ready (docs/design/claim.md, "Observability"), through the in-memory API of tests/unit/fakes.py:
-the order of the claim's writes, the ``resourceVersion`` precondition of the annotation write and
-the status write chained on its answer, and what a failure of each write leaves behind."""
+"""The claim's first-observed annotation is written no later than the status write that makes the
+claim Ready (docs/design/claim.md, "Observability"), through the in-memory API of
+tests/unit/fakes.py: the order of the claim's writes (a warm claim's first write carries it
+together with the claim's choice of sandbox), the ``resourceVersion`` precondition of that write
+and the status write chained on its answer, and what a failure of each write leaves behind."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from tests.unit.controllers.claim.test_controller import (
 from tests.unit.fakes import FakeApi
 
 OBSERVED = keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT
+CHOSEN = "agents.x-k8s.io/sandbox-name"
 GUARDS = (keys.ANNOTATION_CLAIM_FIRST_READY_AT, keys.ANNOTATION_CREATION_LATENCY_RECORDED)
 
 
@@ -78,16 +80,17 @@ async def test_the_annotation_is_written_first_and_the_status_is_chained_on_its_
     cached_rv = h.claims.get("claim", NS)["metadata"]["resourceVersion"]  # type: ignore[index]
     assert await h.reconcile() is None
     assert claim_writes(api) == [
-        ("patch", "sandboxclaims"),  # controller-first-observed-at
+        ("patch", "sandboxclaims"),  # controller-first-observed-at, with the claim's choice
         ("patch", "sandboxes"),  # the adoption
         ("patch-status", "sandboxclaims"),  # Ready=True
         ("patch", "sandboxclaims"),  # the first-Ready guards
     ]
     (_, annotated), (_, status), (_, guards) = api.claim_patches
+    chosen = h.claim()["status"]["sandbox"]["name"]
     assert annotated == {
         "metadata": {
             "resourceVersion": cached_rv,
-            "annotations": {OBSERVED: "2027-01-15T08:00:00Z"},  # the harness clock
+            "annotations": {OBSERVED: "2027-01-15T08:00:00Z", CHOSEN: chosen},  # harness clock
         }
     }
     assert status["metadata"] == {
@@ -107,27 +110,25 @@ async def test_the_annotation_is_written_first_and_the_status_is_chained_on_its_
     assert parse_rfc3339(stored[OBSERVED]).timestamp() == 1_800_000_000.0
 
 
-async def test_a_changed_claim_refuses_the_annotation_write_and_nothing_else_is_written() -> None:
-    """The claim changed after the cache saw it: the annotation write's precondition fails, the
-    pass writes nothing more (no adoption, no status) and looks again; with the cache caught up
-    the next pass writes all of it, the annotation first."""
+async def test_a_changed_claim_refuses_the_first_write_and_the_pass_goes_on_from_it() -> None:
+    """The claim changed after the cache saw it: the first write (the choice and the annotation)
+    is refused by its precondition; the pass reads the claim again and, nothing else having been
+    chosen, writes both at the claim's current version, then adopts once."""
     h, api = warm_claim()
     api.objects[(SANDBOX_CLAIMS.plural, NS, "claim")]["metadata"]["resourceVersion"] = "9999"
-    result = await h.reconcile()
-    assert result is not None and result.requeue_after == CONFLICT_RECHECK
-    assert claim_writes(api) == [("patch", "sandboxclaims")]
-    assert OBSERVED not in (h.claim()["metadata"].get("annotations") or {})
-    assert h.owned_by(h.claim()) == []
-    h.sync()
-    api.calls.clear()
     assert await h.reconcile() is None
-    assert claim_writes(api)[:3] == [
+    assert claim_writes(api) == [
+        ("patch", "sandboxclaims"),  # refused
         ("patch", "sandboxclaims"),
         ("patch", "sandboxes"),
         ("patch-status", "sandboxclaims"),
+        ("patch", "sandboxclaims"),
     ]
-    assert api.claim_patches[-3][1]["metadata"]["resourceVersion"] == "9999"
+    assert ("get", "sandboxclaims", "claim") in api.calls
+    assert api.claim_patches[1][1]["metadata"]["resourceVersion"] == "9999"
+    assert OBSERVED in api.claim_patches[1][1]["metadata"]["annotations"]
     assert is_ready(h.claim()) and OBSERVED in h.claim()["metadata"]["annotations"]
+    assert len(h.owned_by(h.claim())) == 1
 
 
 async def test_a_claim_deleted_under_the_annotation_write_writes_nothing_else() -> None:
@@ -144,13 +145,23 @@ async def test_a_claim_deleted_under_the_annotation_write_writes_nothing_else() 
 
 
 async def test_a_failed_annotation_write_leaves_the_claim_and_the_pool_untouched() -> None:
+    """The first write (the choice and the annotation) fails (a 500): no sandbox is touched,
+    the pool sandbox goes back on the queue; the pass reports the error in the status, the
+    annotation written first on its own; the retry adopts."""
     h, api = warm_claim()
     api.fail[("patch", "sandboxclaims")] = [InternalError(message="etcd timeout")]
     with pytest.raises(InternalError):
         await h.reconcile()
-    assert claim_writes(api) == [("patch", "sandboxclaims")]
+    assert claim_writes(api) == [
+        ("patch", "sandboxclaims"),  # refused
+        ("patch", "sandboxclaims"),  # the annotation alone
+        ("patch-status", "sandboxclaims"),  # ReconcilerError
+    ]
     assert h.owned_by(h.claim()) == []
-    assert "status" not in h.claim()
+    assert not (h.claim()["status"].get("sandbox") or {}).get("name")
+    assert OBSERVED in h.claim()["metadata"]["annotations"]
+    assert CHOSEN not in h.claim()["metadata"]["annotations"]
+    h.sync()
     api.calls.clear()
     assert await h.reconcile() is None  # the retry
     assert claim_writes(api)[0] == ("patch", "sandboxclaims")
@@ -245,10 +256,12 @@ async def test_a_claim_that_carries_the_annotation_is_not_written_again() -> Non
     api.calls.clear()
     await h.reconcile()
     assert claim_writes(api) == [
+        ("patch", "sandboxclaims"),  # the choice only
         ("patch", "sandboxes"),
         ("patch-status", "sandboxclaims"),
         ("patch", "sandboxclaims"),
     ]
+    assert list(api.claim_patches[0][1]["metadata"]["annotations"]) == [CHOSEN]
     assert h.claim()["metadata"]["annotations"][OBSERVED] == "2027-01-15T07:59:59.5Z"
 
 
@@ -257,8 +270,10 @@ async def test_without_observability_annotations_only_the_first_ready_guards_are
     h.r.observability_annotations = False
     await h.reconcile()
     assert claim_writes(api) == [
+        ("patch", "sandboxclaims"),  # the choice only
         ("patch", "sandboxes"),
         ("patch-status", "sandboxclaims"),
-        ("patch", "sandboxclaims"),
+        ("patch", "sandboxclaims"),  # the first-Ready guards
     ]
+    assert list(api.claim_patches[0][1]["metadata"]["annotations"]) == [CHOSEN]
     assert OBSERVED not in (h.claim()["metadata"].get("annotations") or {})
