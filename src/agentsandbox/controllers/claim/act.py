@@ -176,6 +176,7 @@ class ClaimProvider:
             made = await self._claims(bound[1], ns, uid)
             if made is not None:
                 return made
+            self.bound.pop(key, None)  # gone (or not the claim's): not worth another read
         if owned:
             return dict(pick_kept(owned, ""))
         same_name = self.sandboxes.get(meta["name"], ns)
