@@ -271,8 +271,18 @@ def inject_env(pod_spec: dict[str, Any], env: Sequence[Obj], policy: str) -> Non
 
 
 def _set_env(container: dict[str, Any], wanted: Sequence[Obj], policy: str) -> None:
+    """``wanted`` into ``container``. Under ``Allowed`` (add, never override) a container with
+    ``envFrom`` takes none: its variables from a Secret or ConfigMap are not known here, and an
+    explicit ``env`` entry would take precedence over them."""
     if not wanted:
         return
+    if policy == "Allowed" and container.get("envFrom"):
+        raise ClaimFailure(
+            REASON_ENV_REJECTED,
+            f'container "{container.get("name")}" takes variables from envFrom sources, so the '
+            "template policy (envVarsInjectionPolicy: Allowed) cannot ensure that the claim's "
+            f'variable "{wanted[0].get("name")}" does not override one of them',
+        )
     env = container.setdefault("env", [])
     for var in wanted:
         entry = {"name": var["name"], "value": var.get("value", "")}
