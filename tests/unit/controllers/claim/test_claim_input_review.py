@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from agentsandbox.api import keys
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES
-from agentsandbox.controllers.claim.claimed_sandbox import inject_env
+from agentsandbox.controllers.claim.claimed_sandbox import inject_env, validate_additional_metadata
 from agentsandbox.controllers.claim.plan import REASON_ENV_REJECTED, ClaimFailure
 from tests.unit.controllers.claim.test_controller import (
     Harness,
@@ -18,6 +19,8 @@ from tests.unit.controllers.claim.test_controller import (
     setup_pool,
     template,
 )
+
+SAFE_TO_EVICT = keys.ANNOTATION_SAFE_TO_EVICT
 
 
 # ------------------------------------------------------------------------ env next to envFrom
@@ -73,3 +76,31 @@ async def test_a_claim_env_next_to_env_from_is_a_terminal_reason_and_no_sandbox(
     assert await h.reconcile() is None, "terminal: no requeue"
     assert h.ready()["reason"] == REASON_ENV_REJECTED
     assert h.owned_by(h.claim()) == []
+
+
+# ------------------------------------------------------------- the cluster-autoscaler annotation
+def test_the_safe_to_evict_annotation_is_the_one_restricted_key_a_claim_may_set() -> None:
+    """Claim review #7: ``cluster-autoscaler.kubernetes.io/safe-to-evict`` is in a restricted
+    domain (``*.kubernetes.io``) but is how a pod asks not to be evicted by the cluster
+    autoscaler, so a claim may set it as an annotation; the rest of that domain, and the same
+    key as a label, are still refused."""
+    assert validate_additional_metadata({"annotations": {SAFE_TO_EVICT: "false"}}) is None
+    other = validate_additional_metadata(
+        {"annotations": {"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"}}
+    )
+    assert other is not None and "restricted system domain" in other
+    as_label = validate_additional_metadata({"labels": {SAFE_TO_EVICT: "false"}})
+    assert as_label is not None
+
+
+async def test_a_claim_asking_not_to_be_evicted_gets_a_cold_sandbox_carrying_it() -> None:
+    """Claim review #7 through the reconciler: no ``InvalidMetadata``; the cold sandbox's pod
+    template carries ``safe-to-evict: "false"``."""
+    h = Harness()
+    setup_pool(h)
+    extra = {"annotations": {SAFE_TO_EVICT: "false"}}
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(additionalPodMetadata=extra))
+    await h.reconcile()
+    assert h.ready()["reason"] == "SandboxNotReady", h.ready()
+    meta = h.sandbox("claim")["spec"]["podTemplate"]["metadata"]
+    assert meta["annotations"][SAFE_TO_EVICT] == "false"
