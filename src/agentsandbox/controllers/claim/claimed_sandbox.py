@@ -28,6 +28,9 @@ from agentsandbox.controllers.claim.plan import (
 Obj = Mapping[str, Any]
 
 RESTRICTED_DOMAINS = ("kubernetes.io", "k8s.io", "agents.x-k8s.io")
+#: Annotations of a restricted domain a claim may still set: how a pod asks the cluster
+#: autoscaler not to evict it.
+EXEMPT_ANNOTATIONS = frozenset({keys.ANNOTATION_SAFE_TO_EVICT})
 #: Service-mesh and node-lifecycle domains (and their subdomains): sidecar injection, egress
 #: capture and node pinning are the platform's to set, never a claim's.
 MESH_AND_NODE_DOMAINS = ("istio.io", "linkerd.io", "karpenter.sh")
@@ -80,7 +83,8 @@ def _mesh_or_runtime(key: str) -> bool:
 
 def validate_additional_metadata(extra: Obj | None) -> str | None:
     """The rules for ``additionalPodMetadata`` (docs/design/claim.md, "Pod metadata and env"):
-    valid keys, no system domains, no service-mesh, sandbox-runtime or node-lifecycle keys,
+    valid keys, no system domains (but the annotations of :data:`EXEMPT_ANNOTATIONS`), no
+    service-mesh, sandbox-runtime or node-lifecycle keys,
     labels only with a domain prefix (an unprefixed label such as ``app`` or ``role`` would
     opt the pod into Services and NetworkPolicies selecting it, as upstream v1.0.1 refuses),
     valid label values, and never ``app=sandbox-router`` (that label is the ingress the default
@@ -98,7 +102,10 @@ def validate_additional_metadata(extra: Obj | None) -> str | None:
                     "sandbox router (the default NetworkPolicy admits traffic from it)"
                 )
             domain = _domain(key)
-            if any(domain == d or domain.endswith("." + d) for d in RESTRICTED_DOMAINS):
+            exempt = kind == "annotation" and key in EXEMPT_ANNOTATIONS
+            if not exempt and any(
+                domain == d or domain.endswith("." + d) for d in RESTRICTED_DOMAINS
+            ):
                 return (
                     f'failed to validate {kind} "{key}": restricted system domain: "{key}" is '
                     "not allowed in AdditionalPodMetadata"
