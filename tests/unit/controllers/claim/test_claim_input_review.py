@@ -11,10 +11,15 @@ import pytest
 
 from agentsandbox.api import keys
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES
-from agentsandbox.controllers.claim.claimed_sandbox import inject_env, validate_additional_metadata
-from agentsandbox.controllers.claim.plan import REASON_ENV_REJECTED, ClaimFailure
+from agentsandbox.controllers.claim.claimed_sandbox import (
+    cold_sandbox,
+    inject_env,
+    validate_additional_metadata,
+)
+from agentsandbox.controllers.claim.plan import REASON_ENV_REJECTED, REASON_VCT_ERROR, ClaimFailure
 from tests.unit.controllers.claim.test_controller import (
     Harness,
+    claim_v1alpha1,
     claim_v1beta1,
     setup_pool,
     template,
@@ -104,3 +109,85 @@ async def test_a_claim_asking_not_to_be_evicted_gets_a_cold_sandbox_carrying_it(
     assert h.ready()["reason"] == "SandboxNotReady", h.ready()
     meta = h.sandbox("claim")["spec"]["podTemplate"]["metadata"]
     assert meta["annotations"][SAFE_TO_EVICT] == "false"
+
+
+# ---------------------------------------------------------------- volume claim template names
+def vct(name: str | None) -> dict[str, Any]:
+    return {
+        "metadata": {} if name is None else {"name": name},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+
+
+NAME_PROBLEMS = {
+    "empty": ([vct("ws"), vct("")], "volumeClaimTemplates[1] has no name"),
+    "missing": ([vct(None)], "volumeClaimTemplates[0] has no name"),
+    "duplicate": ([vct("ws"), vct("ws")], 'duplicate volume claim template name "ws"'),
+}
+
+
+@pytest.mark.parametrize("policy", ["Disallowed", "Allowed", "Overrides"])
+@pytest.mark.parametrize("problem", sorted(NAME_PROBLEMS))
+@pytest.mark.parametrize("side", ["claim", "template"])
+def test_volume_claim_template_names_must_be_present_and_unique_on_both_sides(
+    side: str, problem: str, policy: str
+) -> None:
+    """Claim review note 16: an empty or repeated volume claim template name, in the claim or
+    in the template, is a terminal ``VolumeClaimTemplatesError`` naming the problem, under
+    every policy (before the policy is even looked at). Under ``Overrides`` two claim VCTs of
+    one name were collapsed (the last won); repeated names in the template reached the Sandbox,
+    whose pod would then have two volumes of one name."""
+    bad, why = NAME_PROBLEMS[problem]
+    if side == "claim":
+        tpl = review_template(volumeClaimTemplatesPolicy=policy)
+        c = review_claim(volumeClaimTemplates=bad)
+    else:
+        tpl = review_template(volumeClaimTemplatesPolicy=policy, volumeClaimTemplates=bad)
+        c = review_claim(volumeClaimTemplates=[vct("scratch")])
+    with pytest.raises(ClaimFailure) as refused:
+        cold_sandbox(c, tpl)
+    assert refused.value.reason == REASON_VCT_ERROR and refused.value.terminal
+    assert f"the {side}'s {why}" in refused.value.message, refused.value.message
+
+
+def test_a_template_with_repeated_volume_claim_template_names_fails_claims_without_any() -> None:
+    """Claim review note 16: the template's names are checked even when the claim brings no
+    volume claim template of its own (its Sandbox would get the repeated names)."""
+    tpl = review_template(volumeClaimTemplates=[vct("ws"), vct("ws")])
+    with pytest.raises(ClaimFailure) as refused:
+        cold_sandbox(review_claim(), tpl)
+    assert refused.value.reason == REASON_VCT_ERROR
+    assert "the template's duplicate" in refused.value.message
+
+
+@pytest.mark.parametrize("side", ["claim", "template"])
+async def test_repeated_volume_names_are_a_terminal_reason_and_no_sandbox(side: str) -> None:
+    """Claim review note 16 through the reconciler, for a cold claim: repeated names in the
+    claim (refused before already, under ``Allowed`` and ``Overrides``) or in the template."""
+    h = Harness()
+    twice = [vct("ws"), vct("ws")]
+    spec: dict[str, Any] = {"volumeClaimTemplatesPolicy": "Overrides"}
+    if side == "template":
+        spec["volumeClaimTemplates"] = twice
+    h.add(SANDBOX_TEMPLATES.plural, template(**spec))
+    body = {"volumeClaimTemplates": twice} if side == "claim" else {}
+    h.add(SANDBOX_CLAIMS.plural, claim_v1alpha1(warmpool="none", **body))
+    assert await h.reconcile() is None, "terminal: no requeue"
+    assert h.ready()["reason"] == REASON_VCT_ERROR
+    assert h.owned_by(h.claim()) == []
+
+
+def review_template(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "tpl", "namespace": "ns", "uid": "tpl-uid"},
+        "spec": {"podTemplate": {"spec": {"containers": [{"name": "main"}]}}, **spec},
+    }
+
+
+def review_claim(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+        "kind": "SandboxClaim",
+        "metadata": {"name": "c", "namespace": "ns", "uid": "claim-uid"},
+        "spec": {"sandboxTemplateRef": {"name": "tpl"}, **spec},
+    }
