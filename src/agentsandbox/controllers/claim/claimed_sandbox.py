@@ -307,6 +307,23 @@ def _set_env(container: dict[str, Any], wanted: Sequence[Obj], policy: str) -> N
             env.append(entry)
 
 
+def _vct_names_problem(vcts: Sequence[Obj], side: str) -> ClaimFailure | None:
+    """Each volume claim template needs a name of its own: it names the PVC and the pod
+    volume the PVC replaces."""
+    seen: set[str] = set()
+    for i, vct in enumerate(vcts):
+        name = str((vct.get("metadata") or {}).get("name") or "")
+        if not name:
+            problem = f"the {side}'s volumeClaimTemplates[{i}] has no name"
+        elif name in seen:
+            problem = f'the {side}\'s duplicate volume claim template name "{name}"'
+        else:
+            seen.add(name)
+            continue
+        return ClaimFailure(REASON_VCT_ERROR, f"invalid volume claim templates: {problem}")
+    return None
+
+
 def merge_volume_claim_templates(
     base: Sequence[Obj], extra: Sequence[Obj], policy: str, pod_volumes: Sequence[str] = ()
 ) -> list[dict[str, Any]]:
@@ -314,11 +331,18 @@ def merge_volume_claim_templates(
     ``volumeClaimTemplatesPolicy`` (upstream #960): ``Disallowed`` (default) refuses any,
     ``Allowed`` adds new names only, ``Overrides`` may also replace one of the template's.
 
+    First, under any policy, every name on either side must be present and unique within its
+    side (the template's are checked even when the claim brings none: a Sandbox with a repeated
+    name would get a pod with two volumes of one name, which the API server refuses).
+
     A claim VCT replaces the pod volume of the same name (the Sandbox controller mounts the
     PVC in its place), so under ``Allowed`` every name the template defines is refused: its
     VCTs and also ``pod_volumes``, the names of its pod's own volumes (a configMap or CA bundle
-    a trusted container mounts must not become a user's PVC). Two claim VCTs of one name are
-    refused under any policy, as upstream's ``validateVolumeClaimTemplates``."""
+    a trusted container mounts must not become a user's PVC)."""
+    for vcts, side in ((base, "template"), (extra, "claim")):
+        failure = _vct_names_problem(vcts, side)
+        if failure is not None:
+            raise failure
     out = [copy.deepcopy(dict(v)) for v in base]
     if not extra:
         return out
@@ -328,14 +352,8 @@ def merge_volume_claim_templates(
             "volume claim templates are not allowed by the template policy "
             "(volumeClaimTemplatesPolicy: Disallowed)",
         )
-    seen: set[str] = set()
     for vct in extra:
         name = (vct.get("metadata") or {}).get("name")
-        if name in seen:
-            raise ClaimFailure(
-                REASON_VCT_ERROR, f'duplicate volume claim template name "{name}" in the claim'
-            )
-        seen.add(str(name))
         at = next(
             (i for i, v in enumerate(out) if (v.get("metadata") or {}).get("name") == name), None
         )
