@@ -18,6 +18,7 @@ from agentsandbox.api.defaults import apply_sandbox_secure_defaults
 from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_CLAIM
 from agentsandbox.api.owners import controller_reference
+from agentsandbox.controllers.claim.config import DEFAULT_LABEL_DOMAINS
 from agentsandbox.controllers.claim.plan import (
     REASON_ENV_REJECTED,
     REASON_INVALID_METADATA,
@@ -54,6 +55,11 @@ def _domain(key: str) -> str:
     return key.split("/", 1)[0].lower() if "/" in key else ""
 
 
+def _in_domains(domain: str, domains: Sequence[str]) -> bool:
+    """``domain`` is one of ``domains`` or a subdomain of one."""
+    return any(domain == d or domain.endswith("." + d) for d in domains)
+
+
 def _key_problem(key: str) -> str | None:
     """Kubernetes qualified-name syntax: an optional DNS-subdomain prefix and a name of at most
     63 characters."""
@@ -74,21 +80,23 @@ def _mesh_or_runtime(key: str) -> bool:
     """A key of :data:`MESH_AND_NODE_DOMAINS` (or a subdomain), or one starting with one of
     :data:`RUNTIME_KEY_PREFIXES` (prefix or name part)."""
     domain = _domain(key)
-    if any(domain == d or domain.endswith("." + d) for d in MESH_AND_NODE_DOMAINS):
+    if _in_domains(domain, MESH_AND_NODE_DOMAINS):
         return True
     lowered = key.lower()
     name = lowered.rpartition("/")[2]
     return any(lowered.startswith(p) or name.startswith(p) for p in RUNTIME_KEY_PREFIXES)
 
 
-def validate_additional_metadata(extra: Obj | None) -> str | None:
+def validate_additional_metadata(
+    extra: Obj | None, label_domains: Sequence[str] = DEFAULT_LABEL_DOMAINS
+) -> str | None:
     """The rules for ``additionalPodMetadata`` (docs/design/claim.md, "Pod metadata and env"):
-    valid keys, no system domains (but the annotations of :data:`EXEMPT_ANNOTATIONS`), no
-    service-mesh, sandbox-runtime or node-lifecycle keys,
-    labels only with a domain prefix (an unprefixed label such as ``app`` or ``role`` would
-    opt the pod into Services and NetworkPolicies selecting it, as upstream v1.0.1 refuses),
-    valid label values, and never ``app=sandbox-router`` (that label is the ingress the default
-    NetworkPolicy admits). The error text, or None."""
+    valid keys; no system domains (but the annotations of :data:`EXEMPT_ANNOTATIONS`); no
+    service-mesh, sandbox-runtime or node-lifecycle keys; labels only in ``label_domains`` or
+    their subdomains (an unprefixed label such as ``app`` or ``role``, or one of another domain,
+    would opt the pod into the Services and NetworkPolicies selecting it); valid label values;
+    and never ``app=sandbox-router`` (that label is the ingress the default NetworkPolicy
+    admits). The error text, or None."""
     if not extra:
         return None
     for kind, entries in (("label", extra.get("labels")), ("annotation", extra.get("annotations"))):
@@ -103,9 +111,7 @@ def validate_additional_metadata(extra: Obj | None) -> str | None:
                 )
             domain = _domain(key)
             exempt = kind == "annotation" and key in EXEMPT_ANNOTATIONS
-            if not exempt and any(
-                domain == d or domain.endswith("." + d) for d in RESTRICTED_DOMAINS
-            ):
+            if not exempt and _in_domains(domain, RESTRICTED_DOMAINS):
                 return (
                     f'failed to validate {kind} "{key}": restricted system domain: "{key}" is '
                     "not allowed in AdditionalPodMetadata"
@@ -120,6 +126,14 @@ def validate_additional_metadata(extra: Obj | None) -> str | None:
                     f'failed to validate label "{key}": label "{key}" must have a domain prefix '
                     "(e.g. 'sandbox.users.io/my-label') to prevent opting into unintended "
                     "policy domains"
+                )
+            if kind == "label" and not _in_domains(domain, label_domains):
+                allowed = ", ".join(f'"{d}"' for d in label_domains)
+                return (
+                    f'failed to validate label "{key}": label domain "{domain}" is not one of '
+                    f"the allowed label domains ({allowed}, with their subdomains); the "
+                    "allowed-label-domains key of the agent-sandbox-config ConfigMap in the "
+                    "controller's namespace lists them"
                 )
             if kind == "label" and (len(str(value)) > 63 or not _LABEL_VALUE.match(str(value))):
                 return (
