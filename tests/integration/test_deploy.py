@@ -217,6 +217,12 @@ def test_kustomize_renders_the_layout_and_the_server_accepts_it(
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    # the optional agent-sandbox-config ConfigMap, where the controller reads the label domains
+    # claims may use (/etc/sandbox-config/allowed-label-domains)
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/etc/sandbox-config"]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["configMap"] == {"name": "agent-sandbox-config", "optional": True}
 
     # The whole layout, as `kubectl apply -k deploy/` would send it, passes every admission
     # step (schema, RBAC escalation checks, PodSecurity "restricted" warn label) without

@@ -176,6 +176,20 @@ def test_the_chart_renders_the_kustomize_objects(home: Path) -> None:
     assert ours["template"]["spec"] == theirs["template"]["spec"]
 
 
+def test_the_chart_mounts_the_optional_config_map_of_the_claim_label_domains(home: Path) -> None:
+    """Claim review #10: the controller reads the label domains claims may use from
+    /etc/sandbox-config/allowed-label-domains, the ``allowed-label-domains`` key of the
+    ``agent-sandbox-config`` ConfigMap in its namespace; the chart mounts that ConfigMap there,
+    read-only and optional (no ConfigMap: the pod starts, and the default applies)."""
+    (deployment,) = [d for d in render(home) if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/etc/sandbox-config"]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["configMap"] == {"name": "agent-sandbox-config", "optional": True}
+
+
 def test_the_rbac_equals_the_kustomize_install(home: Path) -> None:
     ours = {k: rbac_view(o) for k, o in by_key(render(home)).items() if k[0] in RBAC_KINDS}
     theirs = {k: rbac_view(o) for k, o in by_key(kustomize_docs()).items() if k[0] in RBAC_KINDS}

@@ -176,17 +176,46 @@ async def run(opts: Options) -> None:
         autoscaler = (
             opts.extensions and opts.enable_warm_pool_autoscaler and await autoscaler_served(client)
         )
-        register_controllers(mgr, opts, autoscaler=autoscaler)
+        register_controllers(
+            mgr,
+            opts,
+            autoscaler=autoscaler,
+            label_domains=claim_label_domains() if opts.extensions else None,
+        )
         register_metrics(mgr, opts)
         await mgr.run()
     finally:
         await client.close()
 
 
-def register_controllers(mgr: Manager, opts: Options, *, autoscaler: bool = False) -> None:
+def claim_label_domains(path: Path | None = None) -> tuple[str, ...]:
+    """The label domains claims may use, from the file at ``path`` (by default the mounted
+    ConfigMap key, /etc/sandbox-config/allowed-label-domains; missing: the default), logged
+    once; :class:`StartupError` when it cannot be read."""
+    # imported here: the claim package registers its metric families (--extensions only)
+    from agentsandbox.controllers.claim.config import LABEL_DOMAINS_FILE, load_label_domains
+
+    path = LABEL_DOMAINS_FILE if path is None else path
+    try:
+        domains = load_label_domains(path)
+    except (OSError, UnicodeDecodeError) as err:
+        raise StartupError(f"cannot read the claim label domains file {path}: {err}") from None
+    log.info("claim labels may use the domains %s (and their subdomains)", ", ".join(domains))
+    return domains
+
+
+def register_controllers(
+    mgr: Manager,
+    opts: Options,
+    *,
+    autoscaler: bool = False,
+    label_domains: Sequence[str] | None = None,
+) -> None:
     """The controllers ``opts`` asks for; the SandboxWarmPoolAutoscaler one only when
-    ``autoscaler`` says its API is served (see :func:`autoscaler_served`)."""
+    ``autoscaler`` says its API is served (see :func:`autoscaler_served`). ``label_domains``:
+    the domains a claim's ``additionalPodMetadata`` labels may use (None: the default)."""
     from agentsandbox.controllers.claim import controller as claim
+    from agentsandbox.controllers.claim.config import DEFAULT_LABEL_DOMAINS
     from agentsandbox.controllers.sandbox import controller as sandbox
     from agentsandbox.controllers.template import controller as template
     from agentsandbox.controllers.warmpool import controller as warmpool
@@ -218,6 +247,7 @@ def register_controllers(mgr: Manager, opts: Options, *, autoscaler: bool = Fals
             workers=opts.sandbox_claim_concurrent_workers,
             events=not opts.disable_claim_events,
             observability_annotations=not opts.disable_claim_observability_annotations,
+            label_domains=DEFAULT_LABEL_DOMAINS if label_domains is None else label_domains,
         )
         template.setup(
             mgr,

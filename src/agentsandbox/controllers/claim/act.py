@@ -40,6 +40,7 @@ from agentsandbox.controllers.claim.claimed_sandbox import (
     cold_sandbox,
     validate_additional_metadata,
 )
+from agentsandbox.controllers.claim.config import DEFAULT_LABEL_DOMAINS
 from agentsandbox.controllers.claim.handlers import OWNER_INDEX, ClaimWatches
 from agentsandbox.controllers.claim.plan import (
     EVENT_ADOPTED,
@@ -107,6 +108,7 @@ class ClaimProvider:
         recorder: EventRecorder | None,
         *,
         events: bool = True,
+        label_domains: Sequence[str] = DEFAULT_LABEL_DOMAINS,
     ) -> None:
         self.client = client
         self.sandboxes = sandboxes
@@ -117,6 +119,8 @@ class ClaimProvider:
         self.picker = CandidatePicker(sandboxes, self.queue)
         self.recorder = recorder
         self.events = events
+        # the domains (with their subdomains) a claim's additionalPodMetadata labels may use
+        self.label_domains = tuple(label_domains)
         # "<ns>/<claim>" -> (claim UID, sandbox name) this process adopted or created for it,
         # until the cache shows it: a pass that follows our own write must not miss it
         self.bound: dict[str, tuple[str, str]] = {}
@@ -253,7 +257,7 @@ class ClaimProvider:
         claim = cp.claim
         source = claim_source(claim)
         problem = validate_additional_metadata(
-            (claim.get("spec") or {}).get("additionalPodMetadata")
+            (claim.get("spec") or {}).get("additionalPodMetadata"), self.label_domains
         )
         if problem is not None:
             raise ClaimFailure("InvalidMetadata", f"invalid additionalPodMetadata: {problem}")

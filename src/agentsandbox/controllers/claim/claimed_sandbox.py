@@ -18,6 +18,7 @@ from agentsandbox.api.defaults import apply_sandbox_secure_defaults
 from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_CLAIM
 from agentsandbox.api.owners import controller_reference
+from agentsandbox.controllers.claim.config import DEFAULT_LABEL_DOMAINS
 from agentsandbox.controllers.claim.plan import (
     REASON_ENV_REJECTED,
     REASON_INVALID_METADATA,
@@ -28,6 +29,9 @@ from agentsandbox.controllers.claim.plan import (
 Obj = Mapping[str, Any]
 
 RESTRICTED_DOMAINS = ("kubernetes.io", "k8s.io", "agents.x-k8s.io")
+#: Annotations of a restricted domain a claim may still set: how a pod asks the cluster
+#: autoscaler not to evict it.
+EXEMPT_ANNOTATIONS = frozenset({keys.ANNOTATION_SAFE_TO_EVICT})
 #: Service-mesh and node-lifecycle domains (and their subdomains): sidecar injection, egress
 #: capture and node pinning are the platform's to set, never a claim's.
 MESH_AND_NODE_DOMAINS = ("istio.io", "linkerd.io", "karpenter.sh")
@@ -51,6 +55,11 @@ def _domain(key: str) -> str:
     return key.split("/", 1)[0].lower() if "/" in key else ""
 
 
+def _in_domains(domain: str, domains: Sequence[str]) -> bool:
+    """``domain`` is one of ``domains`` or a subdomain of one."""
+    return any(domain == d or domain.endswith("." + d) for d in domains)
+
+
 def _key_problem(key: str) -> str | None:
     """Kubernetes qualified-name syntax: an optional DNS-subdomain prefix and a name of at most
     63 characters."""
@@ -71,20 +80,23 @@ def _mesh_or_runtime(key: str) -> bool:
     """A key of :data:`MESH_AND_NODE_DOMAINS` (or a subdomain), or one starting with one of
     :data:`RUNTIME_KEY_PREFIXES` (prefix or name part)."""
     domain = _domain(key)
-    if any(domain == d or domain.endswith("." + d) for d in MESH_AND_NODE_DOMAINS):
+    if _in_domains(domain, MESH_AND_NODE_DOMAINS):
         return True
     lowered = key.lower()
     name = lowered.rpartition("/")[2]
     return any(lowered.startswith(p) or name.startswith(p) for p in RUNTIME_KEY_PREFIXES)
 
 
-def validate_additional_metadata(extra: Obj | None) -> str | None:
+def validate_additional_metadata(
+    extra: Obj | None, label_domains: Sequence[str] = DEFAULT_LABEL_DOMAINS
+) -> str | None:
     """The rules for ``additionalPodMetadata`` (docs/design/claim.md, "Pod metadata and env"):
-    valid keys, no system domains, no service-mesh, sandbox-runtime or node-lifecycle keys,
-    labels only with a domain prefix (an unprefixed label such as ``app`` or ``role`` would
-    opt the pod into Services and NetworkPolicies selecting it, as upstream v1.0.1 refuses),
-    valid label values, and never ``app=sandbox-router`` (that label is the ingress the default
-    NetworkPolicy admits). The error text, or None."""
+    valid keys; no system domains (but the annotations of :data:`EXEMPT_ANNOTATIONS`); no
+    service-mesh, sandbox-runtime or node-lifecycle keys; labels only in ``label_domains`` or
+    their subdomains (an unprefixed label such as ``app`` or ``role``, or one of another domain,
+    would opt the pod into the Services and NetworkPolicies selecting it); valid label values;
+    and never ``app=sandbox-router`` (that label is the ingress the default NetworkPolicy
+    admits). The error text, or None."""
     if not extra:
         return None
     for kind, entries in (("label", extra.get("labels")), ("annotation", extra.get("annotations"))):
@@ -98,7 +110,8 @@ def validate_additional_metadata(extra: Obj | None) -> str | None:
                     "sandbox router (the default NetworkPolicy admits traffic from it)"
                 )
             domain = _domain(key)
-            if any(domain == d or domain.endswith("." + d) for d in RESTRICTED_DOMAINS):
+            exempt = kind == "annotation" and key in EXEMPT_ANNOTATIONS
+            if not exempt and _in_domains(domain, RESTRICTED_DOMAINS):
                 return (
                     f'failed to validate {kind} "{key}": restricted system domain: "{key}" is '
                     "not allowed in AdditionalPodMetadata"
@@ -113,6 +126,14 @@ def validate_additional_metadata(extra: Obj | None) -> str | None:
                     f'failed to validate label "{key}": label "{key}" must have a domain prefix '
                     "(e.g. 'sandbox.users.io/my-label') to prevent opting into unintended "
                     "policy domains"
+                )
+            if kind == "label" and not _in_domains(domain, label_domains):
+                allowed = ", ".join(f'"{d}"' for d in label_domains)
+                return (
+                    f'failed to validate label "{key}": label domain "{domain}" is not one of '
+                    f"the allowed label domains ({allowed}, with their subdomains); the "
+                    "allowed-label-domains key of the agent-sandbox-config ConfigMap in the "
+                    "controller's namespace lists them"
                 )
             if kind == "label" and (len(str(value)) > 63 or not _LABEL_VALUE.match(str(value))):
                 return (
@@ -279,8 +300,18 @@ def inject_env(pod_spec: dict[str, Any], env: Sequence[Obj], policy: str) -> Non
 
 
 def _set_env(container: dict[str, Any], wanted: Sequence[Obj], policy: str) -> None:
+    """``wanted`` into ``container``. Under ``Allowed`` (add, never override) a container with
+    ``envFrom`` takes none: its variables from a Secret or ConfigMap are not known here, and an
+    explicit ``env`` entry would take precedence over them."""
     if not wanted:
         return
+    if policy == "Allowed" and container.get("envFrom"):
+        raise ClaimFailure(
+            REASON_ENV_REJECTED,
+            f'container "{container.get("name")}" takes variables from envFrom sources, so the '
+            "template policy (envVarsInjectionPolicy: Allowed) cannot ensure that the claim's "
+            f'variable "{wanted[0].get("name")}" does not override one of them',
+        )
     env = container.setdefault("env", [])
     for var in wanted:
         entry = {"name": var["name"], "value": var.get("value", "")}
@@ -298,6 +329,23 @@ def _set_env(container: dict[str, Any], wanted: Sequence[Obj], policy: str) -> N
             env.append(entry)
 
 
+def _vct_names_problem(vcts: Sequence[Obj], side: str) -> ClaimFailure | None:
+    """Each volume claim template needs a name of its own: it names the PVC and the pod
+    volume the PVC replaces."""
+    seen: set[str] = set()
+    for i, vct in enumerate(vcts):
+        name = str((vct.get("metadata") or {}).get("name") or "")
+        if not name:
+            problem = f"the {side}'s volumeClaimTemplates[{i}] has no name"
+        elif name in seen:
+            problem = f'the {side}\'s duplicate volume claim template name "{name}"'
+        else:
+            seen.add(name)
+            continue
+        return ClaimFailure(REASON_VCT_ERROR, f"invalid volume claim templates: {problem}")
+    return None
+
+
 def merge_volume_claim_templates(
     base: Sequence[Obj], extra: Sequence[Obj], policy: str, pod_volumes: Sequence[str] = ()
 ) -> list[dict[str, Any]]:
@@ -305,11 +353,18 @@ def merge_volume_claim_templates(
     ``volumeClaimTemplatesPolicy`` (upstream #960): ``Disallowed`` (default) refuses any,
     ``Allowed`` adds new names only, ``Overrides`` may also replace one of the template's.
 
+    First, under any policy, every name on either side must be present and unique within its
+    side (the template's are checked even when the claim brings none: a Sandbox with a repeated
+    name would get a pod with two volumes of one name, which the API server refuses).
+
     A claim VCT replaces the pod volume of the same name (the Sandbox controller mounts the
     PVC in its place), so under ``Allowed`` every name the template defines is refused: its
     VCTs and also ``pod_volumes``, the names of its pod's own volumes (a configMap or CA bundle
-    a trusted container mounts must not become a user's PVC). Two claim VCTs of one name are
-    refused under any policy, as upstream's ``validateVolumeClaimTemplates``."""
+    a trusted container mounts must not become a user's PVC)."""
+    for vcts, side in ((base, "template"), (extra, "claim")):
+        failure = _vct_names_problem(vcts, side)
+        if failure is not None:
+            raise failure
     out = [copy.deepcopy(dict(v)) for v in base]
     if not extra:
         return out
@@ -319,14 +374,8 @@ def merge_volume_claim_templates(
             "volume claim templates are not allowed by the template policy "
             "(volumeClaimTemplatesPolicy: Disallowed)",
         )
-    seen: set[str] = set()
     for vct in extra:
         name = (vct.get("metadata") or {}).get("name")
-        if name in seen:
-            raise ClaimFailure(
-                REASON_VCT_ERROR, f'duplicate volume claim template name "{name}" in the claim'
-            )
-        seen.add(str(name))
         at = next(
             (i for i, v in enumerate(out) if (v.get("metadata") or {}).get("name") == name), None
         )

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentsandbox.api.conditions import find_condition
@@ -46,6 +46,7 @@ from agentsandbox.controllers.claim import tracing
 from agentsandbox.controllers.claim.act import ClaimProvider
 from agentsandbox.controllers.claim.assignment import ClaimChanged, ClaimPass, flush
 from agentsandbox.controllers.claim.candidates import CandidatesPending
+from agentsandbox.controllers.claim.config import DEFAULT_LABEL_DOMAINS
 from agentsandbox.controllers.claim.handlers import (
     OWNER_INDEX,
     ClaimWatches,
@@ -441,8 +442,10 @@ def setup(
     *,
     events: bool = True,
     observability_annotations: bool = True,
+    label_domains: Sequence[str] = DEFAULT_LABEL_DOMAINS,
 ) -> Controller:
-    """Register the SandboxClaim controller with a manager."""
+    """Register the SandboxClaim controller with a manager; ``label_domains``: the domains
+    (with their subdomains) a claim's ``additionalPodMetadata`` labels may use."""
     claims = mgr.get_informer(SANDBOX_CLAIMS)
     sandboxes = mgr.get_informer(SANDBOXES)
     pools = mgr.get_informer(SANDBOX_WARM_POOLS)
@@ -457,6 +460,7 @@ def setup(
         watches,
         mgr.event_recorder("sandboxclaim-controller"),
         events=events,
+        label_domains=label_domains,
     )
     reconciler = ClaimReconciler(
         mgr.client,

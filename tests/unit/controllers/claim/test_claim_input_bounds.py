@@ -110,7 +110,7 @@ def test_mesh_runtime_and_selector_metadata_is_refused(kind: str, key: str, valu
 def test_prefixed_user_metadata_is_still_accepted() -> None:
     """Security review #4, the other side: what a claim may still ask for."""
     extra = {
-        "labels": {"sandbox.users.io/team": "a", "example.com/tier": "gold"},
+        "labels": {"sandbox.users.io/team": "a", "tier.sandbox.users.io/x": "gold"},
         "annotations": {"note": "b", "example.com/owner": "c", "notistio.io/x": "d"},
     }
     assert validate_additional_metadata(extra) is None

@@ -868,15 +868,15 @@ async def test_additional_pod_metadata_forces_a_cold_start_and_reaches_the_pod_t
 async def test_additional_label_conflicting_with_the_template_is_invalid_metadata() -> None:
     h = Harness()
     t = template()
-    t["spec"]["podTemplate"]["metadata"]["labels"]["example.com/app"] = "agent"
+    t["spec"]["podTemplate"]["metadata"]["labels"]["sandbox.users.io/app"] = "agent"
     h.add(SANDBOX_TEMPLATES.plural, t)
     setup_pool(h)
-    extra = {"labels": {"example.com/app": "other"}}
+    extra = {"labels": {"sandbox.users.io/app": "other"}}
     h.add(SANDBOX_CLAIMS.plural, claim_v1beta1(additionalPodMetadata=extra))
     await h.reconcile()
     ready = h.ready()
     assert ready["reason"] == "InvalidMetadata"
-    assert 'metadata override conflict: label "example.com/app"' in ready["message"]
+    assert 'metadata override conflict: label "sandbox.users.io/app"' in ready["message"]
 
 
 # ------------------------------------------------------------------------------------ queue
