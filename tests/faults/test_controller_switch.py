@@ -142,13 +142,14 @@ async def _switch(
         assert not doubled, f"claims that controlled two sandboxes over time: {doubled}"
         by_uid = {c["metadata"]["uid"]: c["metadata"]["name"] for c in claims}
         assert set(by_uid.values()) == names
+        uid_of = {name: uid for uid, name in by_uid.items()}
         unfinished = {
             claim: (assigned, served[claim])
             for claim, assigned in at_kill["committed"].items()
-            if served[claim] != assigned and assigned in history.adopted() | _free(history)
+            if served[claim] != assigned and _finishable(history, assigned, uid_of[claim])
         }
         assert not unfinished, (
-            f"committed assignments not finished (claim: (committed, got)): {unfinished}"
+            f"choices not finished (claim: (chosen, got)): {unfinished}"
         )
     return (
         f"{at_kill['bound']}/{CLAIMS} bound, {at_kill['between']} adopted but unnamed, "
@@ -164,9 +165,17 @@ def _sandboxes_per_claim(history: SandboxHistory) -> dict[str, set[str]]:
     return per
 
 
-def _free(history: SandboxHistory) -> set[str]:
-    """Pool sandboxes never adopted (a committed one still free could have been finished)."""
-    return {history.uids[uid] for uid in history.pool_born if not history.claims_of.get(uid)}
+def _finishable(history: SandboxHistory, chosen: str, claim_uid: str) -> bool:
+    """The pool sandbox ``chosen`` could still be adopted by that claim after the switch: no
+    other claim ever controlled it (two claims may choose one sandbox; one adoption wins), and
+    it was not deleted while still free (the pool may trim a free member)."""
+    uids = [uid for uid, name in history.uids.items() if name == chosen]
+    if len(uids) != 1 or uids[0] not in history.pool_born:
+        return False
+    owners = history.claims_of.get(uids[0]) or set()
+    if owners - {claim_uid}:
+        return False
+    return not (uids[0] in history.deleted and not owners)
 
 
 async def test_ours_finishes_what_upstreams_controller_left_half_adopted(
