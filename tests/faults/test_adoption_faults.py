@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
+from agentsandbox.api.kinds import SANDBOX
 from agentsandbox.api.resources import (
-    SANDBOX,
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOLS,
@@ -131,7 +131,7 @@ async def check_pool_members(
         if sb is None or sb["metadata"]["uid"] != uid:
             wrong.append(f"{name}: deleted (controlled by claims {ever} before)")
             continue
-        ref = next(
+        ref: dict[str, Any] = next(
             (r for r in sb["metadata"].get("ownerReferences") or [] if r.get("controller")), {}
         )
         if ref.get("kind") == "SandboxClaim":
