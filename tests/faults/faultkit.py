@@ -1,6 +1,8 @@
 """The fault injectors: restart kube-apiserver (keeping etcd), loopback proxies in front of the
-apiserver or etcd, a controller user that is not ``system:masters`` (so API priority and
-fairness applies to it), and the controller's own metrics."""
+apiserver or etcd (a TCP one, and an HTTP one that fails chosen requests), a controller user
+that is not ``system:masters`` (so API priority and fairness applies to it), an admission
+policy that refuses chosen writes while a namespace label is on, the controller's own metrics
+and the audit log."""
 
 from __future__ import annotations
 
@@ -105,6 +107,21 @@ class ProxyProcess:
         connection is cut (and new ones refused for ``refuse_after_loss`` seconds)."""
         os.kill(self.popen.pid, signal.SIGHUP)
 
+    def set_faults(self, *rules: dict[str, object]) -> list[dict[str, object]]:
+        """(An HTTP proxy) replace its fault rules (tests/faults/proxy.py says what they hold);
+        returns them as the proxy now has them."""
+        return self._faults("PUT", json.dumps(list(rules)).encode())
+
+    def faults(self) -> list[dict[str, object]]:
+        """(An HTTP proxy) its fault rules, each with ``hits``: how many requests it failed."""
+        return self._faults("GET", None)
+
+    def _faults(self, method: str, body: bytes | None) -> list[dict[str, object]]:
+        req = urllib.request.Request(f"{self.url_http}/_faults", data=body, method=method)
+        with urllib.request.urlopen(req, timeout=5) as resp:  # loopback
+            answer: list[dict[str, object]] = json.loads(resp.read())
+        return answer
+
     def counters(self) -> dict[str, int]:
         """accepted / resets / bytes / dropped (answer bytes lost), once the proxy has stopped."""
         m = re.search(
@@ -122,8 +139,11 @@ def proxy(
     delay_ms: str = "0-0",
     reset_every: float = 0.0,
     refuse_after_loss: float = 0.0,
+    http_pki: Path | None = None,
 ) -> Iterator[ProxyProcess]:
-    """tests/faults/proxy.py in its own process in front of ``target`` (host:port)."""
+    """tests/faults/proxy.py in its own process in front of ``target`` (host:port); with
+    ``http_pki`` (a cluster's ``pki`` directory) the HTTP proxy, in front of kube-apiserver
+    (``url_http``; ``set_faults``), else the TCP one."""
     port_file = workdir / f"proxy-{time.monotonic_ns()}.port"
     log = port_file.with_suffix(".log")
     with log.open("wb") as out:
@@ -136,6 +156,7 @@ def proxy(
                 f"--delay-ms={delay_ms}",
                 f"--reset-every={reset_every}",
                 f"--refuse-after-loss={refuse_after_loss}",
+                *([f"--http-pki={http_pki}"] if http_pki is not None else []),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -198,6 +219,73 @@ def grant_cluster_admin(cluster: DevCluster, user: str) -> None:
     )
 
 
+# ------------------------------------------------------------------------------------ admission
+FLAG_ON = "on"
+
+
+@contextlib.contextmanager
+def admission_refusal(
+    cluster: DevCluster,
+    name: str,
+    *,
+    rules: Sequence[dict[str, object]],
+    refuse_when: str,
+    message: str,
+    flag: str,
+) -> Iterator[None]:
+    """A ValidatingAdmissionPolicy and its binding on the cluster's own kube-apiserver (no
+    webhook server): a request that ``rules`` (``resourceRules``) match is refused, 403
+    Forbidden with ``message``, when the CEL expression ``refuse_when`` holds, and only in the
+    namespaces labelled ``flag=on`` (``namespace_flag`` turns it on and off). Both are deleted
+    at exit. kube-apiserver sees the policy, the binding and namespace labels a moment after
+    they are written: a test that needs the refusal in force (or gone) waits until a dry-run
+    write is refused (or let through)."""
+    group = "/apis/admissionregistration.k8s.io/v1"
+    cluster.api(
+        "POST",
+        f"{group}/validatingadmissionpolicies",
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": list(rules)},
+                "validations": [
+                    {"expression": f"!({refuse_when})", "message": message, "reason": "Forbidden"}
+                ],
+            },
+        },
+    )
+    try:
+        cluster.api(
+            "POST",
+            f"{group}/validatingadmissionpolicybindings",
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "policyName": name,
+                    "validationActions": ["Deny"],
+                    "matchResources": {"namespaceSelector": {"matchLabels": {flag: FLAG_ON}}},
+                },
+            },
+        )
+        yield
+    finally:
+        for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+            with contextlib.suppress(OSError):
+                cluster.api("DELETE", f"{group}/{kind}/{name}")
+
+
+def namespace_flag(cluster: DevCluster, ns: str, flag: str, on: bool) -> None:
+    """Label namespace ``ns`` ``flag=on`` (``on``), or take the label off."""
+    obj = cluster.api("GET", f"/api/v1/namespaces/{ns}")
+    labels = obj["metadata"].setdefault("labels", {})
+    if on:
+        labels[flag] = FLAG_ON
+    else:
+        labels.pop(flag, None)
+    cluster.api("PUT", f"/api/v1/namespaces/{ns}", obj)
+
+
 # ------------------------------------------------------------------------------------ metrics
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:  # loopback
@@ -221,6 +309,22 @@ def audit_creates(cluster: DevCluster, ns: str, resource: str = "sandboxes") -> 
     """HTTP status -> count of the creates of ``resource`` in ``ns`` the audit log holds
     (``--audit-log-mode=blocking``: an answered request is logged before its answer; a request
     in flight when kube-apiserver was killed may be missing)."""
+    return audit_writes(cluster, ns, "create", resource, dry_run=True)
+
+
+def audit_writes(
+    cluster: DevCluster,
+    ns: str,
+    verb: str,
+    resource: str = "sandboxes",
+    *,
+    user_agent: str = "",
+    dry_run: bool = False,
+) -> dict[int, int]:
+    """HTTP status -> count of the ``verb`` requests (create, patch, update...) on ``resource``
+    in ``ns`` the audit log holds, of clients whose User-Agent starts with ``user_agent``;
+    dry runs only with ``dry_run``. As ``audit_creates``, the counts may miss a request in
+    flight when kube-apiserver was killed."""
     out: dict[int, int] = {}
     path = cluster.logs / "audit.log"
     with path.open("rb") as f:
@@ -230,10 +334,12 @@ def audit_creates(cluster: DevCluster, ns: str, resource: str = "sandboxes") -> 
                 ref = ev.get("objectRef") or {}
                 if (
                     ev.get("stage") == "ResponseComplete"
-                    and ev.get("verb") == "create"
+                    and ev.get("verb") == verb
                     and ref.get("resource") == resource
                     and not ref.get("subresource")
                     and ref.get("namespace") == ns
+                    and str(ev.get("userAgent") or "").startswith(user_agent)
+                    and (dry_run or "dryRun=" not in str(ev.get("requestURI") or ""))
                 ):
                     code = int((ev.get("responseStatus") or {}).get("code") or 0)
                     out[code] = out.get(code, 0) + 1

@@ -1,13 +1,30 @@
-"""A loopback TCP proxy for fault tests, run as its own process (stopped by its PID).
+"""A loopback proxy for fault tests, run as its own process (stopped by its PID).
 
     python tests/faults/proxy.py --target 127.0.0.1:2379 --port-file p \\
         [--delay-ms 50-200] [--reset-every 3.0]
+    python tests/faults/proxy.py --target 127.0.0.1:6443 --port-file p --http-pki DIR
 
-Bytes pass through untouched (TLS, HTTP/2 and gRPC included). ``--delay-ms`` adds a random
-latency to every chunk in each direction while keeping their order (a delay line, not a
-bandwidth cap); ``--reset-every`` aborts every open connection that often (both sides see a
-reset). SIGUSR1 cuts every connection and refuses new ones until SIGUSR2. On SIGTERM it closes
-everything and exits. It prints counters to stderr when it ends.
+Without ``--http-pki`` it is a TCP proxy: bytes pass through untouched (TLS, HTTP/2 and gRPC
+included). ``--delay-ms`` adds a random latency to every chunk in each direction while keeping
+their order (a delay line, not a bandwidth cap); ``--reset-every`` aborts every open connection
+that often (both sides see a reset). SIGUSR1 cuts every connection and refuses new ones until
+SIGUSR2. On SIGTERM it closes everything and exits. It prints counters to stderr when it ends.
+
+With ``--http-pki DIR`` it is an HTTP proxy in front of kube-apiserver: it serves plain HTTP/1.1
+on loopback and sends every request on over TLS as the cluster's admin (DIR holds ca.crt,
+admin.crt, admin.key), streaming the answers (watches too). Fault rules, set at any time with
+``PUT /_faults`` (a JSON list; ``GET /_faults`` shows them with their hit counts), fail the
+first ``count`` requests that match them (``method`` and ``path`` are regular expressions
+matched in full, ``body`` one searched for in the request's body):
+
+- ``{"action": "status", "status": 500}``: answered with that code and a Status body; the
+  request never reaches kube-apiserver.
+- ``{"action": "lose", "hold": 0.0}``: sent on and answered by kube-apiserver (so a write is
+  applied), then the answer is held ``hold`` seconds and the client's connection is cut without
+  it: to the client, a timeout or a reset after the write was done.
+- with ``"stall": REGEX, "stall_for": SECONDS`` too: from the moment such a request arrives, the
+  answers streaming on requests whose path matches REGEX (watches) pause for that long, in
+  order, so that the client's caches learn of the write late.
 """
 
 from __future__ import annotations
@@ -15,11 +32,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import random
+import re
 import signal
+import socket
+import ssl
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import aiohttp
+from aiohttp import web
 
 
 class Proxy:
@@ -130,6 +155,168 @@ class Proxy:
             self.kill_all()
 
 
+# ------------------------------------------------------------------------------------ HTTP
+# never copied from one side to the other: they describe one connection, not the message
+_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "content-length",
+        "host",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-connection",
+    }
+)
+
+
+@dataclass
+class FaultRule:
+    """One kind of fault, for the first ``count`` requests that match (see the module doc)."""
+
+    method: str
+    path: str
+    action: str
+    body: str = ""
+    status: int = 500
+    hold: float = 0.0
+    stall: str = ""
+    stall_for: float = 0.0
+    count: int = 1
+    hits: int = 0
+
+    def matches(self, method: str, path: str, body: bytes) -> bool:
+        return (
+            self.hits < self.count
+            and re.fullmatch(self.method, method) is not None
+            and re.fullmatch(self.path, path) is not None
+            and re.search(self.body, body.decode(errors="replace")) is not None
+        )
+
+
+class HttpFaults:
+    def __init__(self, upstream: str, pki: Path) -> None:
+        self.upstream = upstream
+        self.tls = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        self.tls.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        self.rules: list[FaultRule] = []
+        self.stalls: list[tuple[str, float]] = []  # (path regex, until) for streamed answers
+        self.requests = 0
+        self.injected = 0
+        self.session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=self.tls, limit=0),
+            timeout=aiohttp.ClientTimeout(total=None),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+        )
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    async def control(self, request: web.Request) -> web.Response:
+        if request.method == "PUT":
+            self.rules = [FaultRule(**r) for r in json.loads(await request.read())]
+        return web.json_response([asdict(r) for r in self.rules])
+
+    def fault(self, method: str, path: str, body: bytes) -> FaultRule | None:
+        for rule in self.rules:
+            if rule.matches(method, path, body):
+                rule.hits += 1
+                self.injected += 1
+                return rule
+        return None
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.path == "/_faults":
+            return await self.control(request)
+        self.requests += 1
+        body = await request.read()
+        rule = self.fault(request.method, request.path, body)
+        if rule is not None and rule.action == "status":
+            print(f"fault: {request.method} {request.path} answered {rule.status}", flush=True)
+            return web.json_response(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "message": "injected by the fault proxy",
+                    "reason": "InternalError" if rule.status >= 500 else "BadRequest",
+                    "code": rule.status,
+                },
+                status=rule.status,
+            )
+        if rule is not None and rule.stall:
+            self.stalls.append((rule.stall, time.monotonic() + rule.stall_for))
+        assert self.session is not None
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        async with self.session.request(
+            request.method,
+            self.upstream + request.path_qs,
+            data=body if body else None,
+            headers=headers,
+            allow_redirects=False,
+        ) as up:
+            if rule is not None:  # "lose": the write is done; its answer never arrives
+                await up.read()
+                print(
+                    f"fault: {request.method} {request.path} answered {up.status} upstream, "
+                    f"answer held {rule.hold}s and lost; watches {rule.stall!r} stalled "
+                    f"{rule.stall_for}s",
+                    flush=True,
+                )
+                await asyncio.sleep(rule.hold)
+                assert request.transport is not None
+                request.transport.abort()
+                raise asyncio.CancelledError
+            resp = web.StreamResponse(
+                status=up.status,
+                headers={k: v for k, v in up.headers.items() if k.lower() not in _HOP},
+            )
+            await resp.prepare(request)
+            async for chunk in up.content.iter_any():
+                await self.stalled(request.path)
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+
+    async def stalled(self, path: str) -> None:
+        now = time.monotonic()
+        self.stalls = [(p, until) for p, until in self.stalls if until > now]
+        until = max((u for p, u in self.stalls if re.fullmatch(p, path)), default=now)
+        await asyncio.sleep(until - now)
+
+
+async def serve_http(target: str, pki: Path, port_file: Path, stop: asyncio.Event) -> None:
+    faults = HttpFaults(f"https://{target}", pki)
+    await faults.start()
+    app = web.Application(client_max_size=64 * 1024**2)
+    app.router.add_route("*", "/{tail:.*}", faults.handle)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    await web.SockSite(runner, sock).start()
+    write_port(port_file, sock.getsockname()[1])
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await faults.close()
+        print(f"http-proxy: requests={faults.requests} faults={faults.injected}", file=sys.stderr)
+
+
+def write_port(port_file: Path, port: int) -> None:
+    tmp = port_file.with_suffix(".tmp")
+    tmp.write_text(str(port))
+    tmp.rename(port_file)
+
+
 async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", required=True, help="host:port")
@@ -142,18 +329,22 @@ async def main(argv: list[str]) -> int:
         default=0.0,
         help="seconds to refuse connections after a SIGHUP's lost answers",
     )
+    parser.add_argument(
+        "--http-pki", type=Path, help="an HTTP proxy with fault rules; DIR holds the admin's TLS"
+    )
     args = parser.parse_args(argv)
-    host, port = args.target.rsplit(":", 1)
-    lo, hi = (float(x) / 1000 for x in args.delay_ms.split("-", 1))
-    proxy = Proxy((host, int(port)), (lo, hi), args.reset_every)
-    server = await asyncio.start_server(proxy.accept, "127.0.0.1", 0)
-    tmp = args.port_file.with_suffix(".tmp")
-    tmp.write_text(str(server.sockets[0].getsockname()[1]))
-    tmp.rename(args.port_file)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
+    if args.http_pki is not None:
+        await serve_http(args.target, args.http_pki, args.port_file, stop)
+        return 0
+    host, port = args.target.rsplit(":", 1)
+    lo, hi = (float(x) / 1000 for x in args.delay_ms.split("-", 1))
+    proxy = Proxy((host, int(port)), (lo, hi), args.reset_every)
+    server = await asyncio.start_server(proxy.accept, "127.0.0.1", 0)
+    write_port(args.port_file, server.sockets[0].getsockname()[1])
 
     def pause() -> None:
         proxy.paused = True

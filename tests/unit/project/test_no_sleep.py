@@ -42,6 +42,12 @@ PACED: dict[tuple[str, str], str] = {
     ("tests/faults/proxy.py", "Proxy.resetter"): (
         "the fault proxy resets every open connection at a fixed period"
     ),
+    ("tests/faults/proxy.py", "HttpFaults.handle"): (
+        "the HTTP fault proxy holds a write's answer for a while before it cuts the connection"
+    ),
+    ("tests/faults/proxy.py", "HttpFaults.stalled"): (
+        "the HTTP fault proxy holds watch answers back for a while: the lag is the fault"
+    ),
 }
 
 
