@@ -6,8 +6,9 @@ Per claim ``i`` (due at ``t0 + i / rate``; the list and each write's reason are 
 ``docs/benchmarks.md``, "P1's ceiling"):
 
 1. the client's claim create (``POST sandboxclaims``);
-2. the claim's first-observed annotation (``PATCH sandboxclaims``, preconditioned on the version
-   the create returned, as our claim controller sends it: first, before anything else);
+2. the claim's choice of sandbox (the annotation ``agents.x-k8s.io/sandbox-name``) with its
+   first-observed annotation (``PATCH sandboxclaims``, preconditioned on the version the create
+   returned, as our claim controller sends it: first, before the sandbox is adopted);
 3. the adoption patch of a pre-created pool sandbox (``PATCH sandboxes``, the body our claim
    controller sends: ``adoption_patch``);
 
@@ -55,7 +56,8 @@ WRITES: tuple[tuple[str, str, str], ...] = (
     (
         "sandboxclaims",
         "patch",
-        "the claim's first-observed annotation, on the claim before its Ready (upstream's e2e "
+        "the claim's choice of sandbox, committed before the adoption (upstream's assignment "
+        "protocol), carrying its first-observed annotation (upstream's e2e "
         "test reads it on the Ready claim; first, as upstream writes it)",
     ),
     ("sandboxes", "patch", "the adoption"),
@@ -200,12 +202,15 @@ async def step(b: Bench, rate: float, claims: int, limit: float = 300.0) -> dict
                     sent[name] = time.monotonic()
                     try:
                         claim = await client.create(SANDBOX_CLAIMS, warm_claim(name, POOL), ns)
+                        sb = pool[i]
                         first = {
                             "resourceVersion": claim["metadata"]["resourceVersion"],
-                            "annotations": {keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT: _now()},
+                            "annotations": {
+                                keys.LABEL_SANDBOX_NAME: sb["metadata"]["name"],
+                                keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT: _now(),
+                            },
                         }
                         await writer.patch(SANDBOX_CLAIMS, name, {"metadata": first}, ns)
-                        sb = pool[i]
                         adopted = await writer.patch(
                             SANDBOXES, sb["metadata"]["name"], adoption_patch(sb, claim, tpl), ns
                         )
