@@ -551,7 +551,7 @@ def test_helm_upgrade_from_the_previous_version_applies_the_crd_change(
     revisions = [(r["revision"], r["chart"], r["status"]) for r in upgraded["history"]]
     assert revisions == [
         (1, "agent-sandbox-controller-0.1.0", "superseded"),
-        (2, "agent-sandbox-controller-0.2.0", "deployed"),
+        (2, "agent-sandbox-controller-0.3.0", "deployed"),
     ]
 
 
