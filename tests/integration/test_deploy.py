@@ -30,6 +30,7 @@ from tests.polling import eventually_sync
 EXE = Path(sys.executable).with_name("agent-sandbox-controller")
 ROOT = repo_root() or Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
+NETWORK_POLICY_COMPONENT = DEPLOY / "network-policy"
 SYSTEM_NS = "agent-sandbox-system"
 SA = "agent-sandbox-controller"
 SA_USER = f"system:serviceaccount:{SYSTEM_NS}:{SA}"
@@ -233,6 +234,56 @@ def test_kustomize_renders_the_layout_and_the_server_accepts_it(
     assert "service/agent-sandbox-controller created (server dry run)" in dry.stdout
     assert "PodSecurity" not in dry.stderr, dry.stderr
     assert get_or_none(cluster, f"/apis/apps/v1/namespaces/{SYSTEM_NS}/deployments/{SA}") is None
+
+
+def test_the_network_policy_component_admits_only_the_metrics_and_probe_ports(
+    cluster: DevCluster, installed: None, tmp_path: Path
+) -> None:
+    """Security review note 14: the kustomize component deploy/network-policy/ (opt-in: not in
+    deploy/kustomization.yaml) adds one NetworkPolicy for the controller's pod: ingress only to
+    its metrics and probe ports, from any source; egress only to TCP 443 and 6443 (the API
+    server's usual ports) at any address, no DNS (in a pod the API server is reached by the IP in
+    $KUBERNETES_SERVICE_HOST). An overlay with the component renders, and the server accepts it."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(DEPLOY, overlay)],
+                "components": [os.path.relpath(NETWORK_POLICY_COMPONENT, overlay)],
+            }
+        )
+    )
+    plain = [d for d in yaml.safe_load_all(cluster.kubectl("kustomize", str(DEPLOY)).stdout) if d]
+    assert not [d for d in plain if d["kind"] == "NetworkPolicy"]
+    docs = [d for d in yaml.safe_load_all(cluster.kubectl("kustomize", str(overlay)).stdout) if d]
+    objects = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    assert set(objects) == {(d["kind"], d["metadata"]["name"]) for d in plain} | {
+        ("NetworkPolicy", SA)
+    }
+    policy = objects["NetworkPolicy", SA]
+    assert policy["metadata"]["namespace"] == SYSTEM_NS
+    assert policy["metadata"]["labels"] == {"app": SA}
+    pod = objects["Deployment", SA]["spec"]["template"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector == {"app": SA} and selector.items() <= pod["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    (container,) = pod["spec"]["containers"]
+    assert policy["spec"]["ingress"] == [
+        {"ports": [{"protocol": "TCP", "port": p["containerPort"]} for p in container["ports"]]}
+    ]
+    assert policy["spec"]["egress"] == [
+        {"ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]}
+    ]
+
+    dry = cluster.kubectl("apply", "-k", str(overlay), "--dry-run=server", check=False)
+    assert dry.returncode == 0, dry.stderr
+    assert (
+        "networkpolicy.networking.k8s.io/agent-sandbox-controller created (server dry run)"
+        in dry.stdout
+    ), dry.stdout
 
 
 # --------------------------------------------------------------------------------- (b) enough

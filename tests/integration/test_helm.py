@@ -42,6 +42,7 @@ from .test_deploy import (
 )
 
 CHART = DEPLOY / "helm" / "agent-sandbox-controller"
+NETWORK_POLICY_COMPONENT = DEPLOY / "network-policy"
 PREVIOUS = Path(__file__).parent / "testdata" / "helm-previous"
 WARMPOOL_CRD = "extensions.agents.x-k8s.io_sandboxwarmpools.yaml"
 RELEASE = "asc"
@@ -231,6 +232,93 @@ def test_values_switch_the_optional_parts(home: Path) -> None:
     assert "annotations" not in crd["metadata"]
 
 
+def pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    return dict(deployment["spec"]["template"]["spec"])
+
+
+def test_the_network_policy_is_opt_in_and_admits_only_the_metrics_and_probe_ports(
+    home: Path,
+) -> None:
+    """Security review note 14: ``networkPolicy.enabled`` (off by default, as the kustomize
+    install leaves it out) renders the kustomize component's NetworkPolicy: ingress only to the
+    metrics and probe ports, egress only to the API server's usual ports (443, 6443) at any
+    address. Values restrict the ingress sources and the API server's addresses, change its
+    ports, and add DNS and other egress rules."""
+    assert not [k for k in by_key(render(home)) if k[0] == "NetworkPolicy"]
+    (component,) = docs_of((NETWORK_POLICY_COMPONENT / "networkpolicy.yaml").read_text())
+    policy = by_key(render(home, "networkPolicy.enabled=true"))["NetworkPolicy", SA]
+    assert policy["spec"] == component["spec"]
+    assert without_helm_labels(policy) == component["metadata"]["labels"]
+    assert policy["metadata"]["namespace"] == component["metadata"]["namespace"] == SYSTEM_NS
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"app": SA}}
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["ingress"] == [
+        {"ports": [{"protocol": "TCP", "port": 8080}, {"protocol": "TCP", "port": 8081}]}
+    ]
+    assert policy["spec"]["egress"] == [
+        {"ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]}
+    ]
+
+    custom = by_key(
+        render(
+            home,
+            "networkPolicy.enabled=true",
+            "metrics.port=9090",
+            "health.port=9091",
+            "networkPolicy.ingress.from[0].namespaceSelector.matchLabels.team=monitoring",
+            "networkPolicy.egress.apiServer.cidrs[0]=10.0.0.0/24",
+            "networkPolicy.egress.apiServer.ports={8443}",
+            "networkPolicy.egress.dns=true",
+            "networkPolicy.egress.extra[0].ports[0].port=4318",
+        )
+    )["NetworkPolicy", SA]["spec"]
+    assert custom["ingress"] == [
+        {
+            "from": [{"namespaceSelector": {"matchLabels": {"team": "monitoring"}}}],
+            "ports": [{"protocol": "TCP", "port": 9090}, {"protocol": "TCP", "port": 9091}],
+        }
+    ]
+    assert custom["egress"] == [
+        {
+            "to": [{"ipBlock": {"cidr": "10.0.0.0/24"}}],
+            "ports": [{"protocol": "TCP", "port": 8443}],
+        },
+        {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+        {"ports": [{"port": 4318}]},
+    ]
+    # no metrics server: only the probe port is open
+    quiet = by_key(render(home, "networkPolicy.enabled=true", "metrics.enabled=false"))
+    assert quiet["NetworkPolicy", SA]["spec"]["ingress"] == [
+        {"ports": [{"protocol": "TCP", "port": 8081}]}
+    ]
+
+
+def test_a_disruption_budget_is_made_only_for_more_than_one_replica(home: Path) -> None:
+    """Security review note 14: with one replica a budget either blocks every node drain
+    (minAvailable 1) or allows any eviction (maxUnavailable 1), so none is made; with two or
+    more, ``maxUnavailable: 1`` makes a drain wait for the evicted pod's replacement to be Ready
+    before taking the other, so a synced standby is always there. ``podDisruptionBudget.enabled``
+    (on) turns it off, ``.maxUnavailable`` sets the number."""
+    assert not [k for k in by_key(render(home)) if k[0] == "PodDisruptionBudget"]
+    two = by_key(render(home, "replicas=2"))["PodDisruptionBudget", SA]
+    assert two["apiVersion"] == "policy/v1"
+    assert two["metadata"]["namespace"] == SYSTEM_NS
+    assert two["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": {"app": SA}}}
+    off = by_key(render(home, "replicas=2", "podDisruptionBudget.enabled=false"))
+    assert not [k for k in off if k[0] == "PodDisruptionBudget"]
+    three = by_key(render(home, "replicas=3", "podDisruptionBudget.maxUnavailable=2"))
+    assert three["PodDisruptionBudget", SA]["spec"]["maxUnavailable"] == 2
+
+
+def test_the_priority_class_is_a_value_unset_by_default(home: Path) -> None:
+    """Security review note 14: ``priorityClassName`` is empty by default (as the kustomize
+    install and upstream's chart: the cluster's default priority), and set as given."""
+    assert "priorityClassName" not in pod_spec(render(home))
+    critical = pod_spec(render(home, "priorityClassName=system-cluster-critical"))
+    assert critical["priorityClassName"] == "system-cluster-critical"
+
+
 def test_every_controller_flag_is_a_value_and_renders_as_the_binary_parses_it(
     home: Path,
 ) -> None:
@@ -372,16 +460,13 @@ def upgraded(
     return seen
 
 
-def test_the_server_accepts_the_rendered_chart_in_a_dry_run(
-    helm_cluster: DevCluster, home: Path
-) -> None:
-    text = rendered_text(home)
-    dry = subprocess.run(
+def server_dry_run(cluster: DevCluster, text: str, *how: str) -> subprocess.CompletedProcess[str]:
+    """``kubectl <how>`` of ``text`` with ``--dry-run=server`` (server-side apply by default)."""
+    return subprocess.run(
         [
-            str(helm_cluster.kubectl_path),
-            f"--kubeconfig={helm_cluster.kubeconfig}",
-            "apply",
-            "--server-side",
+            str(cluster.kubectl_path),
+            f"--kubeconfig={cluster.kubeconfig}",
+            *(how or ("apply", "--server-side")),
             "--dry-run=server",
             "-f",
             "-",
@@ -391,6 +476,12 @@ def test_the_server_accepts_the_rendered_chart_in_a_dry_run(
         text=True,
         check=False,
     )
+
+
+def test_the_server_accepts_the_rendered_chart_in_a_dry_run(
+    helm_cluster: DevCluster, home: Path
+) -> None:
+    dry = server_dry_run(helm_cluster, rendered_text(home))
     assert dry.returncode == 0, dry.stderr
     for what in (
         "deployment.apps/agent-sandbox-controller",
@@ -402,6 +493,50 @@ def test_the_server_accepts_the_rendered_chart_in_a_dry_run(
         assert f"{what} serverside-applied (server dry run)" in dry.stdout, dry.stdout
     # the pod meets the namespace's "restricted" Pod Security Standard (warn label)
     assert "PodSecurity" not in dry.stderr, dry.stderr
+
+
+def test_the_server_accepts_the_network_policy_the_budget_and_the_priority_class(
+    helm_cluster: DevCluster, home: Path
+) -> None:
+    """Security review note 14: with the hardening values on (NetworkPolicy with restricted
+    sources, an API server CIDR and DNS; two replicas, so a PodDisruptionBudget;
+    ``system-cluster-critical``), a server-side dry run accepts the chart, and the pod the
+    ReplicaSet would create gets that class's priority from the Priority admission plugin
+    (allowed outside kube-system; a class that does not exist is refused, so the check is real)."""
+    values = (
+        "networkPolicy.enabled=true",
+        "networkPolicy.ingress.from[0].namespaceSelector.matchLabels.team=monitoring",
+        "networkPolicy.egress.apiServer.cidrs[0]=10.0.0.0/24",
+        "networkPolicy.egress.dns=true",
+        "replicas=2",
+        "priorityClassName=system-cluster-critical",
+    )
+    dry = server_dry_run(helm_cluster, rendered_text(home, *values))
+    assert dry.returncode == 0, dry.stderr
+    for what in (
+        "networkpolicy.networking.k8s.io/agent-sandbox-controller",
+        "poddisruptionbudget.policy/agent-sandbox-controller",
+        "deployment.apps/agent-sandbox-controller",
+    ):
+        assert f"{what} serverside-applied (server dry run)" in dry.stdout, dry.stdout
+    assert "PodSecurity" not in dry.stderr, dry.stderr
+
+    def pod_of(priority_class: str) -> subprocess.CompletedProcess[str]:
+        spec = {**pod_spec(render(home, *values)), "priorityClassName": priority_class}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "agent-sandbox-controller-dry-run", "namespace": SYSTEM_NS},
+            "spec": spec,
+        }
+        return server_dry_run(helm_cluster, json.dumps(pod), "create", "-o", "json")
+
+    admitted = pod_of("system-cluster-critical")
+    assert admitted.returncode == 0, admitted.stderr
+    assert json.loads(admitted.stdout)["spec"]["priority"] == 2_000_000_000
+    refused = pod_of("no-such-class")
+    assert refused.returncode != 0
+    assert "no PriorityClass with name no-such-class was found" in refused.stderr, refused.stderr
 
 
 def test_helm_upgrade_from_the_previous_version_applies_the_crd_change(
@@ -416,7 +551,7 @@ def test_helm_upgrade_from_the_previous_version_applies_the_crd_change(
     revisions = [(r["revision"], r["chart"], r["status"]) for r in upgraded["history"]]
     assert revisions == [
         (1, "agent-sandbox-controller-0.1.0", "superseded"),
-        (2, "agent-sandbox-controller-0.2.0", "deployed"),
+        (2, "agent-sandbox-controller-0.3.0", "deployed"),
     ]
 
 
