@@ -148,9 +148,7 @@ async def _switch(
             for claim, assigned in at_kill["committed"].items()
             if served[claim] != assigned and _finishable(history, assigned, uid_of[claim])
         }
-        assert not unfinished, (
-            f"choices not finished (claim: (chosen, got)): {unfinished}"
-        )
+        assert not unfinished, f"choices not finished (claim: (chosen, got)): {unfinished}"
     return (
         f"{at_kill['bound']}/{CLAIMS} bound, {at_kill['between']} adopted but unnamed, "
         f"{len(at_kill['committed'])} committed but unnamed at the kill"
