@@ -15,10 +15,12 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography.hazmat.primitives import serialization
@@ -116,11 +118,26 @@ class ProxyProcess:
         """(An HTTP proxy) its fault rules, each with ``hits``: how many requests it failed."""
         return self._faults("GET", None)
 
-    def _faults(self, method: str, body: bytes | None) -> list[dict[str, object]]:
-        req = urllib.request.Request(f"{self.url_http}/_faults", data=body, method=method)
-        with urllib.request.urlopen(req, timeout=5) as resp:  # loopback
-            answer: list[dict[str, object]] = json.loads(resp.read())
+    def requests(self) -> list[dict[str, object]]:
+        """(An HTTP proxy) every request it received, in order: ``at`` (its monotonic clock on
+        arrival), ``method``, ``path``, ``query``, ``status`` (the answer's code, 0 until known)."""
+        answer: list[dict[str, object]] = self._control("GET", "/_requests", None)
         return answer
+
+    def end_streams(self, path: str) -> int:
+        """(An HTTP proxy) end the streamed answers (watches) open on paths matching the regular
+        expression ``path``, cleanly, as the server's watch timeout does; returns how many."""
+        query = urllib.parse.urlencode({"path": path})
+        return int(self._control("POST", f"/_end?{query}", b""))
+
+    def _faults(self, method: str, body: bytes | None) -> list[dict[str, object]]:
+        answer: list[dict[str, object]] = self._control(method, "/_faults", body)
+        return answer
+
+    def _control(self, method: str, path: str, body: bytes | None) -> Any:
+        req = urllib.request.Request(f"{self.url_http}{path}", data=body, method=method)
+        with urllib.request.urlopen(req, timeout=5) as resp:  # loopback
+            return json.loads(resp.read())
 
     def counters(self) -> dict[str, int]:
         """accepted / resets / bytes / dropped (answer bytes lost), once the proxy has stopped."""

@@ -15,16 +15,23 @@ on loopback and sends every request on over TLS as the cluster's admin (DIR hold
 admin.crt, admin.key), streaming the answers (watches too). Fault rules, set at any time with
 ``PUT /_faults`` (a JSON list; ``GET /_faults`` shows them with their hit counts), fail the
 first ``count`` requests that match them (``method`` and ``path`` are regular expressions
-matched in full, ``body`` one searched for in the request's body):
+matched in full, ``query`` and ``body`` ones searched for in the query string and the body):
 
-- ``{"action": "status", "status": 500}``: answered with that code and a Status body; the
-  request never reaches kube-apiserver.
+- ``{"action": "status", "status": 500}``: answered with that code and a Status body (its
+  reason the code's: TooManyRequests, InternalError, ServiceUnavailable...; with
+  ``"retry_after": N`` a ``Retry-After: N`` header too); the request never reaches
+  kube-apiserver.
 - ``{"action": "lose", "hold": 0.0}``: sent on and answered by kube-apiserver (so a write is
   applied), then the answer is held ``hold`` seconds and the client's connection is cut without
   it: to the client, a timeout or a reset after the write was done.
 - with ``"stall": REGEX, "stall_for": SECONDS`` too: from the moment such a request arrives, the
   answers streaming on requests whose path matches REGEX (watches) pause for that long, in
   order, so that the client's caches learn of the write late.
+
+``GET /_requests`` lists every request so far (``at``: the proxy's monotonic clock when it
+arrived, ``method``, ``path``, ``query``, ``status``: the answer's code, 0 until known).
+``POST /_end?path=REGEX`` ends the streamed answers (watches) open on paths matching REGEX as the
+server's watch timeout would (the chunked body finishes cleanly); it answers how many it ended.
 """
 
 from __future__ import annotations
@@ -179,21 +186,34 @@ class FaultRule:
     method: str
     path: str
     action: str
+    query: str = ""
     body: str = ""
     status: int = 500
+    retry_after: int = 0
     hold: float = 0.0
     stall: str = ""
     stall_for: float = 0.0
     count: int = 1
     hits: int = 0
 
-    def matches(self, method: str, path: str, body: bytes) -> bool:
+    def matches(self, method: str, path: str, query: str, body: bytes) -> bool:
         return (
             self.hits < self.count
             and re.fullmatch(self.method, method) is not None
             and re.fullmatch(self.path, path) is not None
+            and re.search(self.query, query) is not None
             and re.search(self.body, body.decode(errors="replace")) is not None
         )
+
+
+_REASONS = {
+    400: "BadRequest",
+    409: "Conflict",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
 
 
 class HttpFaults:
@@ -205,6 +225,8 @@ class HttpFaults:
         self.stalls: list[tuple[str, float]] = []  # (path regex, until) for streamed answers
         self.requests = 0
         self.injected = 0
+        self.log: list[dict[str, object]] = []  # every request: GET /_requests
+        self.streams: list[tuple[str, asyncio.Event]] = []  # (path, end) of open answers
         self.session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -220,36 +242,55 @@ class HttpFaults:
             await self.session.close()
 
     async def control(self, request: web.Request) -> web.Response:
+        if request.path == "/_requests":
+            return web.json_response(self.log)
+        if request.path == "/_end":
+            ended = [end for path, end in self.streams if re.fullmatch(request.query["path"], path)]
+            for end in ended:
+                end.set()
+            return web.json_response(len(ended))
         if request.method == "PUT":
             self.rules = [FaultRule(**r) for r in json.loads(await request.read())]
         return web.json_response([asdict(r) for r in self.rules])
 
-    def fault(self, method: str, path: str, body: bytes) -> FaultRule | None:
+    def fault(self, method: str, path: str, query: str, body: bytes) -> FaultRule | None:
         for rule in self.rules:
-            if rule.matches(method, path, body):
+            if rule.matches(method, path, query, body):
                 rule.hits += 1
                 self.injected += 1
                 return rule
         return None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        if request.path == "/_faults":
+        if request.path in ("/_faults", "/_requests", "/_end"):
             return await self.control(request)
         self.requests += 1
+        entry: dict[str, object] = {
+            "at": time.monotonic(),
+            "method": request.method,
+            "path": request.path,
+            "query": request.query_string,
+            "status": 0,
+        }
+        self.log.append(entry)
         body = await request.read()
-        rule = self.fault(request.method, request.path, body)
+        rule = self.fault(request.method, request.path, request.query_string, body)
         if rule is not None and rule.action == "status":
             print(f"fault: {request.method} {request.path} answered {rule.status}", flush=True)
+            entry["status"] = rule.status
+            family = "InternalError" if rule.status >= 500 else "BadRequest"
+            reason = _REASONS.get(rule.status, family)
             return web.json_response(
                 {
                     "kind": "Status",
                     "apiVersion": "v1",
                     "status": "Failure",
                     "message": "injected by the fault proxy",
-                    "reason": "InternalError" if rule.status >= 500 else "BadRequest",
+                    "reason": reason,
                     "code": rule.status,
                 },
                 status=rule.status,
+                headers={"Retry-After": str(rule.retry_after)} if rule.retry_after else None,
             )
         if rule is not None and rule.stall:
             self.stalls.append((rule.stall, time.monotonic() + rule.stall_for))
@@ -262,6 +303,7 @@ class HttpFaults:
             headers=headers,
             allow_redirects=False,
         ) as up:
+            entry["status"] = up.status
             if rule is not None:  # "lose": the write is done; its answer never arrives
                 await up.read()
                 print(
@@ -279,11 +321,40 @@ class HttpFaults:
                 headers={k: v for k, v in up.headers.items() if k.lower() not in _HOP},
             )
             await resp.prepare(request)
-            async for chunk in up.content.iter_any():
-                await self.stalled(request.path)
-                await resp.write(chunk)
+            end = asyncio.Event()
+            stream = (request.path, end)
+            self.streams.append(stream)
+            try:
+                await self.pump(request.path, up, resp, end)
+            finally:
+                self.streams.remove(stream)
             await resp.write_eof()
             return resp
+
+    async def pump(
+        self,
+        path: str,
+        up: aiohttp.ClientResponse,
+        resp: web.StreamResponse,
+        end: asyncio.Event,
+    ) -> None:
+        """Copy the answer's body as it streams, until it ends or ``end`` is set."""
+
+        async def copy() -> None:
+            async for chunk in up.content.iter_any():
+                await self.stalled(path)
+                await resp.write(chunk)
+
+        copying = asyncio.ensure_future(copy())
+        ending = asyncio.ensure_future(end.wait())
+        try:
+            await asyncio.wait((copying, ending), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            copying.cancel()
+            ending.cancel()
+            await asyncio.wait((copying, ending))
+        if not copying.cancelled():
+            copying.result()  # what ended the copy, if it failed
 
     async def stalled(self, path: str) -> None:
         now = time.monotonic()
