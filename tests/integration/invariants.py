@@ -28,6 +28,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import (
     AsyncIterator,
@@ -743,16 +744,32 @@ class SandboxHistory:
 
 
 @contextlib.asynccontextmanager
-async def checked_history(client: Client, cluster: DevCluster) -> AsyncIterator[SandboxHistory]:
+async def checked_history(
+    client: Client, cluster: DevCluster, test: str = ""
+) -> AsyncIterator[SandboxHistory]:
     """For an autouse fixture of every module whose tests make claims: the history of every
     claim and sandbox of the control plane from the test's start to its end, checked at the
     end (after the watches caught up with a LIST) against the claim rules. The namespaces the
-    test made after it started (``kill_in_flight``'s retries) are in it too."""
+    test made after it started (``kill_in_flight``'s retries) are in it too.
+
+    With ``AGENTSANDBOX_HISTORY_TIMES`` set to a file, a line is added to it per test: the
+    ``test``'s name and the seconds the history took to start and to catch up and check."""
     audit = cluster.logs / "audit.log"
+    t0 = time.monotonic()
     async with SandboxHistory(client, None, audit=audit if audit.exists() else None) as history:
+        started = time.monotonic() - t0
         yield history
+        t1 = time.monotonic()
         await history.caught_up()
     history.check()
+    times = os.environ.get("AGENTSANDBOX_HISTORY_TIMES")
+    if times:
+        _append(Path(times), f"{test} {started:.3f} {time.monotonic() - t1:.3f}\n")
+
+
+def _append(path: Path, line: str) -> None:
+    with path.open("a") as out:
+        out.write(line)
 
 
 async def check_converged(

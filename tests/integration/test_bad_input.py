@@ -52,10 +52,20 @@ from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import EVENTS, NAMESPACES, NETWORKPOLICIES, PODS, Resource
 from tests.polling import eventually, stays
 
-from .invariants import controller_process
+from .invariants import SandboxHistory, checked_history, controller_process
 from .runtime_helpers import running
 
 IMAGE = "example/python:1"
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, client: Client, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(client, cluster, request.node.nodeid) as history:
+        yield history
 
 
 # ------------------------------------------------------------------------------------ builders

@@ -16,7 +16,7 @@ import json
 import re
 import urllib.error
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,10 @@ import pytest
 
 from agentsandbox.api import kinds
 from agentsandbox.devcluster.cluster import DevCluster
+from agentsandbox.kube.client import Client
 from tests.polling import stays_sync
+
+from .invariants import SandboxHistory, checked_history
 
 CRD = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 CLAIM_CRD = CRD / "extensions.agents.x-k8s.io_sandboxclaims.yaml"
@@ -38,6 +41,16 @@ WARMPOOL_WITH_TEMPLATE = (
 )
 EMPTY_POOL_NAME = "warmPoolRef.name must name a SandboxWarmPool in the same namespace"
 BAD_WARMPOOL = 'warmpool must be "none", "default" or the name of a SandboxWarmPool'
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, client: Client, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(client, cluster, request.node.nodeid) as history:
+        yield history
 
 
 @pytest.fixture(scope="module", autouse=True)

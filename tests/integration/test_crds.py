@@ -23,7 +23,7 @@ import json
 import re
 import urllib.error
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +32,26 @@ import yaml
 
 from agentsandbox.api import kinds
 from agentsandbox.devcluster.cluster import DevCluster
+from agentsandbox.kube.client import Client
 from tests.polling import stays_sync
+
+from .invariants import SandboxHistory, checked_history
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "deploy" / "crds"
 VERSIONS = ("v1alpha1", "v1beta1")
 OUR_KINDS = {k.kind: k for k in kinds.ALL_KINDS}
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, client: Client, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(client, cluster, request.node.nodeid) as history:
+        yield history
 
 
 def _load_docs(path: Path) -> list[dict[str, Any]]:
