@@ -557,6 +557,32 @@ def _deleted_by_us(d: _Doomed, deletes: Sequence[AuditDelete] | None) -> list[st
     return [f"{what} and had not expired: deleted by us ({rec.agent}, code {rec.code})"]
 
 
+_KEPT_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "ownerReferences",
+)
+
+
+def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the checks read of an object (an hour of soak keeps every version in memory)."""
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    conditions = [
+        c for c in status.get("conditions") or [] if c.get("type") in ("Ready", "Finished")
+    ]
+    return {
+        "kind": obj.get("kind"),
+        "metadata": {k: v for k, v in obj["metadata"].items() if k in _KEPT_METADATA},
+        "spec": {k: spec[k] for k in ("lifecycle", "shutdownTime") if k in spec},
+        "status": {"sandbox": status.get("sandbox") or {}, "conditions": conditions},
+    }
+
+
 class _Watch:
     """One resource's versions, from a LIST and then a watch from the LIST's resourceVersion;
     resumed from the last resourceVersion seen when the connection breaks. A watch that cannot
@@ -653,6 +679,7 @@ class SandboxHistory:
         self._watches = [_Watch(self, SANDBOX_CLAIMS), _Watch(self, SANDBOXES)]
 
     def _record(self, watch: _Watch, event: str, obj: dict[str, Any]) -> None:
+        obj = _slim(obj)
         meta = obj["metadata"]
         self.versions.append(Version(int(meta["resourceVersion"]), event, obj))
         if event == "DELETED":
