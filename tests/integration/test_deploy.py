@@ -15,7 +15,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,7 +25,10 @@ import yaml
 
 from agentsandbox.devcluster.binaries import repo_root
 from agentsandbox.devcluster.cluster import DevCluster, free_port
+from agentsandbox.kube.client import Client
 from tests.polling import eventually_sync
+
+from .invariants import SandboxHistory, checked_history
 
 EXE = Path(sys.executable).with_name("agent-sandbox-controller")
 ROOT = repo_root() or Path(__file__).resolve().parents[2]
@@ -43,6 +46,16 @@ AUTOSCALERS = (
 REFUSED = re.compile(r"forbidden|(?<![\d.:])403(?!\d)", re.IGNORECASE)
 
 T = TypeVar("T")
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, client: Client, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(client, cluster, request.node.nodeid) as history:
+        yield history
 
 
 def get_or_none(cluster: DevCluster, path: str) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -354,3 +355,29 @@ async def test_the_recorder_reports_a_watch_that_had_to_relist_as_a_gap() -> Non
         assert "had to relist" in str(err)
     else:
         raise AssertionError("a history with a gap passed its check")
+
+
+# ------------------------------------------------------------------------------------ coverage
+ROOT = Path(__file__).resolve().parents[3]
+MAKES_CLAIMS = re.compile(r'SANDBOX_CLAIMS|"kind": "SandboxClaim"|claim_obj\(|warm_claim\(')
+# modules that make claims without the autouse history: why
+UNCHECKED = {
+    "tests/integration/test_claim_history.py": "breaks the rules on purpose, with its own history",
+}
+
+
+def test_every_module_whose_tests_make_claims_checks_their_history() -> None:
+    """Each integration and fault module that makes claims (by the names it uses to) has an
+    autouse fixture of ``checked_history``."""
+    modules = sorted(
+        [*ROOT.glob("tests/integration/test_*.py"), *ROOT.glob("tests/faults/test_*.py")]
+    )
+    making = [m for m in modules if MAKES_CLAIMS.search(m.read_text())]
+    assert len(making) > 10, making
+    unchecked = [
+        m.relative_to(ROOT).as_posix()
+        for m in making
+        if "checked_history(" not in m.read_text()
+        and m.relative_to(ROOT).as_posix() not in UNCHECKED
+    ]
+    assert not unchecked, f"modules making claims with no checked_history fixture: {unchecked}"
