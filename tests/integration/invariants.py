@@ -465,7 +465,9 @@ def history_violations(
 
     - the history is whole: no watch had to relist (``gaps``);
     - a claim's first Ready sandbox is the only sandbox its status names while that sandbox
-      lives (until its deletion begins), and it existed when the claim became Ready with it;
+      lives (until its deletion begins); a status naming a sandbox not made yet (a status not
+      written by the controller: a test's, or one copied from elsewhere) names the one made
+      next under that name;
     - no sandbox has two claim owners (in its owner references at once or one after the other)
       nor is the first Ready sandbox of two claims;
     - no claim's first Ready sandbox is deleted by us (``OUR_AGENT`` in ``deletes``, the audit
@@ -481,7 +483,19 @@ def history_violations(
     expired: set[str] = set()  # claims whose status said ClaimExpired
     swapped: set[str] = set()
     doomed: list[_Doomed] = []
+    pending: dict[str, tuple[str, str]] = {}  # claim uid -> the sandbox it named, not made yet
     seen: set[tuple[str, int, str]] = set()
+
+    def bind(claim: str, sb: str, name: str, v: Version) -> list[str]:
+        if sb in bound_to:
+            return [
+                f"{name} is the first Ready sandbox of two claims: "
+                f"{bound_to[sb]} and {claim} (rv {v.rv})"
+            ]
+        bound[claim] = (sb, name)
+        bound_to[sb] = claim
+        return []
+
     for v in sorted(versions, key=lambda v: v.rv):
         if (v.uid, v.rv, v.event) in seen:
             continue  # a relist delivered it again
@@ -493,18 +507,12 @@ def history_violations(
                 expired.add(v.uid)
             name = _ready_with(v.obj)
             first = bound.get(v.uid)
-            if first is None and name:
+            if first is None and name and v.uid not in pending:
                 sb = live.get((meta.get("namespace", ""), name))
-                if sb is None:
-                    out.append(f"claim {v.ref} Ready at rv {v.rv} with {name}, which did not exist")
-                elif sb in bound_to:
-                    out.append(
-                        f"{name} is the first Ready sandbox of two claims: "
-                        f"{bound_to[sb]} and {v.uid} ({v.ref}, rv {v.rv})"
-                    )
+                if sb is None:  # written by someone else before the sandbox: bound once made
+                    pending[v.uid] = (meta.get("namespace", ""), name)
                 else:
-                    bound[v.uid] = (sb, name)
-                    bound_to[sb] = v.uid
+                    out.extend(bind(v.uid, sb, name, v))
             elif first is not None and v.uid not in swapped:
                 named = ((v.obj.get("status") or {}).get("sandbox") or {}).get("name")
                 if named and named != first[1] and first[0] not in ended:
@@ -524,6 +532,10 @@ def history_violations(
                 del live[key]
         else:
             live[key] = v.uid
+            for waiting, wanted in list(pending.items()):
+                if wanted == key and waiting not in ended:
+                    del pending[waiting]
+                    out.extend(bind(waiting, v.uid, key[1], v))
         refs = _claim_refs(v.obj)
         if len(refs) > 1:
             out.append(f"{v.ref} has {len(refs)} claim owners at once (rv {v.rv})")
@@ -533,9 +545,9 @@ def history_violations(
         had.update(refs)
         if _ending(v) and v.uid not in ended:
             ended.add(v.uid)
-            claim = bound_to.get(v.uid)
-            if claim is not None and claim not in ended:
-                doomed.append(_Doomed(latest[claim], v.obj, v.rv, claim in expired))
+            owner = bound_to.get(v.uid)
+            if owner is not None and owner not in ended:
+                doomed.append(_Doomed(latest[owner], v.obj, v.rv, owner in expired))
     for d in doomed:
         out.extend(_deleted_by_us(d, deletes))
     return out
@@ -745,8 +757,16 @@ class SandboxHistory:
         return history_violations(self.versions, self.deletes(), self.gaps)
 
     def check(self) -> None:
-        """AssertionError naming the first few violations of the claim rules, if any."""
+        """AssertionError naming the first few violations of the claim rules, if any; with
+        ``AGENTSANDBOX_HISTORY_DUMP`` set to a file, every version recorded is added to it then
+        (one JSON line each: resourceVersion, event, object) to read the sequence."""
         found = self.violations
+        dump = os.environ.get("AGENTSANDBOX_HISTORY_DUMP")
+        if found and dump:
+            _append(
+                Path(dump),
+                "".join(json.dumps([v.rv, v.event, v.obj]) + "\n" for v in self.versions),
+            )
         assert not found, f"{len(found)} claim history violations: {found[:5]}"
 
     async def caught_up(self, within: float = 30.0) -> None:
