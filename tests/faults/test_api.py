@@ -52,12 +52,12 @@ from .faultkit import (
 
 @pytest.fixture(autouse=True)
 async def claim_history(
-    private_cluster: DevCluster, wclient: Client, pns: str, request: pytest.FixtureRequest
+    private_cluster: DevCluster, witness: Path, pns: str, request: pytest.FixtureRequest
 ) -> AsyncIterator[SandboxHistory]:
     """Every claim and sandbox of each test, checked against the claim rules at its end
     (tests/integration/invariants.py), watched through the witness kube-apiserver (the faults
     restart the other one)."""
-    async with checked_history(wclient, private_cluster, request.node.nodeid) as history:
+    async with checked_history(private_cluster, request.node.nodeid, kubeconfig=witness) as history:
         yield history
 
 

@@ -327,6 +327,9 @@ async def check_owned(client: Client, ns: str) -> None:
 #: The user agent every request of the project's own client starts with (the controller's, in
 #: its own process or in the test's): a delete the audit log shows with it was made by us.
 OUR_AGENT = _USER_AGENT.split("/")[0] + "/"
+#: The field manager the API server names our writes by (its user agent up to the "/"): the
+#: writer of a claim status the controller wrote, by the object's managedFields.
+OUR_MANAGER = OUR_AGENT.rstrip("/")
 
 
 @dataclass(frozen=True)
@@ -465,7 +468,9 @@ def history_violations(
 
     - the history is whole: no watch had to relist (``gaps``);
     - a claim's first Ready sandbox is the only sandbox its status names while that sandbox
-      lives (until its deletion begins); a status naming a sandbox not made yet (a status not
+      lives (until its deletion begins), as the controller writes it (a status whose
+      ``status.sandbox.name`` another field manager wrote, a test's forgery, is not judged);
+      a status naming a sandbox not made yet (a status not
       written by the controller: a test's, or one copied from elsewhere) names the one made
       next under that name;
     - no sandbox has two claim owners (in its owner references at once or one after the other)
@@ -515,7 +520,8 @@ def history_violations(
                     out.extend(bind(v.uid, sb, name, v))
             elif first is not None and v.uid not in swapped:
                 named = ((v.obj.get("status") or {}).get("sandbox") or {}).get("name")
-                if named and named != first[1] and first[0] not in ended:
+                ours = v.obj.get("writer") in (None, OUR_MANAGER)
+                if named and named != first[1] and first[0] not in ended and ours:
                     swapped.add(v.uid)
                     out.append(
                         f"claim {v.ref} names {named} at rv {v.rv} while {first[1]}, the first "
@@ -580,6 +586,15 @@ _KEPT_METADATA = (
 )
 
 
+def _name_writer(obj: dict[str, Any]) -> str | None:
+    """The field manager that wrote the claim's ``status.sandbox.name`` (None: not known)."""
+    for entry in obj["metadata"].get("managedFields") or []:
+        fields = ((entry.get("fieldsV1") or {}).get("f:status") or {}).get("f:sandbox") or {}
+        if "f:name" in fields:
+            return str(entry.get("manager", ""))
+    return None
+
+
 def _slim(obj: dict[str, Any]) -> dict[str, Any]:
     """What the checks read of an object (an hour of soak keeps every version in memory)."""
     spec = obj.get("spec") or {}
@@ -592,6 +607,7 @@ def _slim(obj: dict[str, Any]) -> dict[str, Any]:
         "metadata": {k: v for k, v in obj["metadata"].items() if k in _KEPT_METADATA},
         "spec": {k: spec[k] for k in ("lifecycle", "shutdownTime") if k in spec},
         "status": {"sandbox": status.get("sandbox") or {}, "conditions": conditions},
+        "writer": _name_writer(obj),
     }
 
 
@@ -792,18 +808,22 @@ class SandboxHistory:
 
 @contextlib.asynccontextmanager
 async def checked_history(
-    client: Client, cluster: DevCluster, test: str = ""
+    cluster: DevCluster, test: str = "", *, kubeconfig: Path | None = None
 ) -> AsyncIterator[SandboxHistory]:
     """For an autouse fixture of every module whose tests make claims: the history of every
-    claim and sandbox of the control plane from the test's start to its end, checked at the
-    end (after the watches caught up with a LIST) against the claim rules. The namespaces the
-    test made after it started (``kill_in_flight``'s retries) are in it too.
+    claim and sandbox of ``cluster`` from the test's start to its end, checked at the end
+    (after the watches caught up with a LIST) against the claim rules. The namespaces the test
+    made after it started (``kill_in_flight``'s retries) are in it too. It reads through a
+    client of its own (of ``kubeconfig``, default the cluster's).
 
     With ``AGENTSANDBOX_HISTORY_TIMES`` set to a file, a line is added to it per test: the
     ``test``'s name and the seconds the history took to start and to catch up and check."""
     audit = cluster.logs / "audit.log"
     t0 = time.monotonic()
-    async with SandboxHistory(client, None, audit=audit if audit.exists() else None) as history:
+    async with (
+        Client.from_kubeconfig(str(kubeconfig or cluster.kubeconfig), qps=0) as client,
+        SandboxHistory(client, None, audit=audit if audit.exists() else None) as history,
+    ):
         started = time.monotonic() - t0
         yield history
         t1 = time.monotonic()

@@ -24,7 +24,6 @@ import pytest
 
 from agentsandbox.api import kinds
 from agentsandbox.devcluster.cluster import DevCluster
-from agentsandbox.kube.client import Client
 from tests.polling import stays_sync
 
 from .invariants import SandboxHistory, checked_history
@@ -45,11 +44,11 @@ BAD_WARMPOOL = 'warmpool must be "none", "default" or the name of a SandboxWarmP
 
 @pytest.fixture(autouse=True)
 async def claim_history(
-    cluster: DevCluster, client: Client, namespace: str, request: pytest.FixtureRequest
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
 ) -> AsyncIterator[SandboxHistory]:
     """Every claim and sandbox of each test, checked against the claim rules at its end
     (tests/integration/invariants.py)."""
-    async with checked_history(client, cluster, request.node.nodeid) as history:
+    async with checked_history(cluster, request.node.nodeid) as history:
         yield history
 
 

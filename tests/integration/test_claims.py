@@ -81,11 +81,11 @@ TERMINAL = {
 
 @pytest.fixture(autouse=True)
 async def claim_history(
-    cluster: DevCluster, client: Client, namespace: str, request: pytest.FixtureRequest
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
 ) -> AsyncIterator[SandboxHistory]:
     """Every claim and sandbox of each test, checked against the claim rules at its end
     (tests/integration/invariants.py)."""
-    async with checked_history(client, cluster, request.node.nodeid) as history:
+    async with checked_history(cluster, request.node.nodeid) as history:
         yield history
 
 

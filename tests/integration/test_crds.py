@@ -32,7 +32,6 @@ import yaml
 
 from agentsandbox.api import kinds
 from agentsandbox.devcluster.cluster import DevCluster
-from agentsandbox.kube.client import Client
 from tests.polling import stays_sync
 
 from .invariants import SandboxHistory, checked_history
@@ -46,11 +45,11 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 @pytest.fixture(autouse=True)
 async def claim_history(
-    cluster: DevCluster, client: Client, namespace: str, request: pytest.FixtureRequest
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
 ) -> AsyncIterator[SandboxHistory]:
     """Every claim and sandbox of each test, checked against the claim rules at its end
     (tests/integration/invariants.py)."""
-    async with checked_history(client, cluster, request.node.nodeid) as history:
+    async with checked_history(cluster, request.node.nodeid) as history:
         yield history
 
 

@@ -25,7 +25,6 @@ import yaml
 
 from agentsandbox.devcluster.binaries import repo_root
 from agentsandbox.devcluster.cluster import DevCluster, free_port
-from agentsandbox.kube.client import Client
 from tests.polling import eventually_sync
 
 from .invariants import SandboxHistory, checked_history
@@ -50,11 +49,11 @@ T = TypeVar("T")
 
 @pytest.fixture(autouse=True)
 async def claim_history(
-    cluster: DevCluster, client: Client, namespace: str, request: pytest.FixtureRequest
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
 ) -> AsyncIterator[SandboxHistory]:
     """Every claim and sandbox of each test, checked against the claim rules at its end
     (tests/integration/invariants.py)."""
-    async with checked_history(client, cluster, request.node.nodeid) as history:
+    async with checked_history(cluster, request.node.nodeid) as history:
         yield history
 
 

@@ -64,15 +64,16 @@ LABEL_POOL = keys.LABEL_WARM_POOL_SANDBOX  # a label we own
 EDIT_SECONDS = 5.0
 FAR = dt.datetime(2099, 1, 1, tzinfo=dt.UTC)
 FORGED_IP = "192.0.2.1"
+OTHER_WRITER = "other-writer"
 
 
 @pytest.fixture(autouse=True)
 async def claim_history(
-    cluster: DevCluster, client: Client, namespace: str, request: pytest.FixtureRequest
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
 ) -> AsyncIterator[SandboxHistory]:
     """Every claim and sandbox of each test, checked against the claim rules at its end
     (tests/integration/invariants.py)."""
-    async with checked_history(client, cluster, request.node.nodeid) as history:
+    async with checked_history(cluster, request.node.nodeid) as history:
         yield history
 
 
@@ -182,7 +183,9 @@ async def writer(client: Client, ns: str, stop: float, edits: dict[str, int]) ->
             lie: dict[str, Any] = {"status": {"replicas": 999, "readyReplicas": 999}}
             await client.patch(SANDBOX_WARM_POOLS, "pool", lie, ns, subresource="status")
             lie = {"status": {"sandbox": {"name": "bogus", "podIPs": [FORGED_IP]}}}
-            await client.patch(SANDBOX_CLAIMS, "c", lie, ns, subresource="status")
+            await client.patch(  # a field manager of its own: the claim history sees who lied
+                SANDBOX_CLAIMS, "c", lie, ns, subresource="status", field_manager=OTHER_WRITER
+            )
             edits["status"] = edits.get("status", 0) + 2
         await asyncio.sleep(0.02)
 

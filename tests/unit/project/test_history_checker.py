@@ -18,9 +18,11 @@ from agentsandbox.kube.resources import Resource
 from agentsandbox.kube.watch import WatchEvent
 from tests.integration.invariants import (
     OUR_AGENT,
+    OUR_MANAGER,
     AuditDelete,
     SandboxHistory,
     Version,
+    _slim,
     history_violations,
     read_audit,
 )
@@ -146,6 +148,34 @@ def test_a_claim_naming_a_second_sandbox_while_not_ready_is_flagged_too() -> Non
     history = [*adoption(), sandbox(5, "s2", claim="c1", event="ADDED"), claim(6, names="s2")]
     (found,) = history_violations(history, [])
     assert "names s2 at rv 6" in found
+
+
+def test_a_claim_status_another_field_manager_wrote_is_not_judged_as_ours() -> None:
+    """A forged status (another writer's field manager owns ``status.sandbox.name``) is not
+    the controller swapping the claim; the same status written by our manager is."""
+    forged = claim(6, names="s2")
+    forged.obj["writer"] = "other-writer"
+    history = [*adoption(), sandbox(5, "s2", claim="c1", event="ADDED"), forged]
+    assert history_violations(history, []) == []
+    forged.obj["writer"] = OUR_MANAGER
+    (found,) = history_violations(history, [])
+    assert "names s2 at rv 6" in found
+
+
+def test_the_writer_of_a_claim_status_is_read_from_its_managed_fields() -> None:
+    status_fields: dict[str, Any] = {"f:status": {"f:sandbox": {"f:name": {}, "f:podIPs": {}}}}
+    meta = {
+        "name": "c1",
+        "uid": "c1",
+        "resourceVersion": "3",
+        "managedFields": [
+            {"manager": "kubectl", "fieldsV1": {"f:spec": {"f:warmPoolRef": {}}}},
+            {"manager": "other-writer", "subresource": "status", "fieldsV1": status_fields},
+        ],
+    }
+    assert _slim({"kind": "SandboxClaim", "metadata": meta})["writer"] == "other-writer"
+    del meta["managedFields"]
+    assert _slim({"kind": "SandboxClaim", "metadata": meta})["writer"] is None
 
 
 def test_a_claim_may_name_another_sandbox_once_its_first_one_is_being_deleted() -> None:
