@@ -42,12 +42,13 @@ EMPTY_POOL_NAME = "warmPoolRef.name must name a SandboxWarmPool in the same name
 BAD_WARMPOOL = 'warmpool must be "none", "default" or the name of a SandboxWarmPool'
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 async def claim_history(
-    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
+    cluster: DevCluster, request: pytest.FixtureRequest
 ) -> AsyncIterator[SandboxHistory]:
-    """Every claim and sandbox of each test, checked against the claim rules at its end
-    (tests/integration/invariants.py)."""
+    """Every claim and sandbox of the module's tests, checked against the claim rules at its
+    end (tests/integration/invariants.py): one history for the module, whose many short tests
+    make a few claims each (one per test would cost more than the tests)."""
     async with checked_history(cluster, request.node.nodeid) as history:
         yield history
 
