@@ -52,6 +52,7 @@ from agentsandbox.kube.errors import ApiConnectionError, ApiError, Gone
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.resources import Resource
 from agentsandbox.kube.transport import _USER_AGENT
+from agentsandbox.kube.watch import WatchStream
 from tests.polling import eventually
 
 from .test_controller_process import EXE
@@ -79,6 +80,7 @@ __all__ = [
 
 CLAIM_KIND = "SandboxClaim"
 SANDBOX_KIND = "Sandbox"
+STALLED = 3.0  # seconds a watch may stay behind a LIST before it is reopened
 POOL_KIND = "SandboxWarmPool"
 KILL_TRIES = 3
 
@@ -622,6 +624,8 @@ class _Watch:
         self.rv = ""
         self.live: dict[str, str] = {}  # uid -> resourceVersion of every object now
         self.task: asyncio.Task[None] | None = None
+        self.stream: WatchStream | None = None
+        self.behind_since: float | None = None
 
     @property
     def what(self) -> str:
@@ -645,6 +649,7 @@ class _Watch:
                     async with self.history.client.watch(
                         self.resource, self.history.ns, resource_version=self.rv
                     ) as stream:
+                        self.stream = stream
                         async for ev in stream:
                             errors = 0
                             if ev.type != "BOOKMARK":
@@ -676,7 +681,16 @@ class _Watch:
         objects at the same resourceVersions."""
         listed = await self.history.client.list(self.resource, self.history.ns)
         now = {o["metadata"]["uid"]: o["metadata"]["resourceVersion"] for o in listed.items}
-        return now == self.live
+        if now == self.live:
+            self.behind_since = None
+            return True
+        # a stream that stalled without a word (seen after an etcd compaction) is reopened
+        # from the last resourceVersion it delivered: resumed, or a 410 and so a gap
+        started = self.behind_since = self.behind_since or time.monotonic()
+        if time.monotonic() - started > STALLED and self.stream is not None:
+            self.behind_since = None
+            await self.stream.aclose()
+        return False
 
     async def stop(self) -> None:
         if self.task is not None:
