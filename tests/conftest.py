@@ -37,6 +37,7 @@ pytest_plugins = ("pytester",)  # tests/unit/project/test_skip_guard.py runs pyt
 
 TESTS = Path(__file__).parent
 CRDS = TESTS / "integration" / "testdata" / "crds"
+AUDIT_POLICY = TESTS / "testdata" / "audit-deletes.yaml"
 
 # ------------------------------------------------------------------------------------ marks
 # module (from the repository root) -> the pytest timeout of each of its tests, in seconds: above
@@ -179,7 +180,8 @@ def started_cluster(prefix: str, **options: Any) -> Iterator[DevCluster]:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[DevCluster]:
-    """The session's control plane (10 kwok nodes), one for every test directory."""
+    """The session's control plane (10 kwok nodes), one for every test directory, its audit log
+    on for the deletes of claims and sandboxes."""
     reuse = os.environ.get("AGENTSANDBOX_CLUSTER_DIR")
     if reuse:
         attached = DevCluster.attach(Path(reuse))
@@ -187,7 +189,14 @@ def cluster() -> Iterator[DevCluster]:
             pytest.fail(f"AGENTSANDBOX_CLUSTER_DIR={reuse}: no healthy cluster there")
         yield attached
         return
-    with started_cluster("agentsandbox-test-cluster-", nodes=10) as cl:
+    with started_cluster(
+        "agentsandbox-test-cluster-",
+        nodes=10,
+        audit=True,
+        # every delete of a claim or a sandbox, written as it is answered: the claim history
+        # checker (tests/integration/invariants.py) reads who made each
+        apiserver_args=("--audit-log-mode=blocking", f"--audit-policy-file={AUDIT_POLICY}"),
+    ) as cl:
         yield cl
 
 

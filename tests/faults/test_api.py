@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,12 @@ from agentsandbox.api.resources import (
 )
 from agentsandbox.devcluster.cluster import DevCluster, free_port
 from agentsandbox.kube.client import Client
-from tests.integration.invariants import SandboxHistory, check_converged, controller_process
+from tests.integration.invariants import (
+    SandboxHistory,
+    check_converged,
+    checked_history,
+    controller_process,
+)
 from tests.integration.runtime_helpers import compact_etcd
 from tests.integration.test_claims import claim_obj
 from tests.integration.test_warmpool import pool_obj, template_obj
@@ -43,6 +48,17 @@ from .faultkit import (
     scrape,
     unanswered_creates,
 )
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    private_cluster: DevCluster, witness: Path, pns: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py), watched through the witness kube-apiserver (the faults
+    restart the other one)."""
+    async with checked_history(private_cluster, request.node.nodeid, kubeconfig=witness) as history:
+        yield history
 
 
 @contextlib.contextmanager
@@ -89,13 +105,13 @@ async def _claims(client: Client, ns: str, n: int) -> set[str]:
 # ------------------------------------------------------------------------------------ restart
 @pytest.mark.smoke  # make test runs it too: the fault suite's machinery, once
 async def test_apiserver_restart_mid_fill(
-    private_cluster: DevCluster, pclient: Client, pns: str, tmp_path: Path
+    private_cluster: DevCluster, pclient: Client, wclient: Client, pns: str, tmp_path: Path
 ) -> None:
     """In make test too (``smoke``). About 25 s: a private control plane (~8 s to start), a pool
     of 40 filling; kube-apiserver is SIGKILLed once 10 sandboxes exist and restarted after 1 s."""
     log = tmp_path / "controller.log"
     with controller_process(private_cluster, log) as proc:
-        async with SandboxHistory(pclient, pns) as history:
+        async with SandboxHistory(wclient, pns) as history:
             t0 = time.monotonic()
             await _setup_pool(pclient, pns, 40)
             await eventually(
@@ -130,7 +146,7 @@ async def _at_least(client: Client, ns: str, n: int) -> bool:
 
 
 async def test_apiserver_restart_mid_claim_burst(
-    private_cluster: DevCluster, pclient: Client, pns: str, tmp_path: Path
+    private_cluster: DevCluster, pclient: Client, wclient: Client, pns: str, tmp_path: Path
 ) -> None:
     """About 25 s: 50 claims on a ready pool of 20; kube-apiserver is SIGKILLed once 10 are
     bound and restarted after 1 s."""
@@ -138,7 +154,7 @@ async def test_apiserver_restart_mid_claim_burst(
     with controller_process(private_cluster, log) as proc:
         await _setup_pool(pclient, pns, 20)
         await check_converged(pclient, pns, pools={"pool": 20})
-        async with SandboxHistory(pclient, pns) as history:
+        async with SandboxHistory(wclient, pns) as history:
             t0 = time.monotonic()
             names = await _claims(pclient, pns, 50)
             bound = await eventually(
@@ -174,7 +190,7 @@ async def _bound_at_least(client: Client, ns: str, n: int) -> int:
 
 # ------------------------------------------------------------------------------------ 410
 async def test_watches_expire_by_etcd_compaction_and_the_relist_converges(
-    private_cluster: DevCluster, pclient: Client, pns: str, tmp_path: Path
+    private_cluster: DevCluster, pclient: Client, wclient: Client, pns: str, tmp_path: Path
 ) -> None:
     """About 40 s (two apiserver restarts: with and then without the watch cache). The
     controller reaches kube-apiserver through a loopback proxy; with the watch cache off, watches
@@ -196,7 +212,7 @@ async def test_watches_expire_by_etcd_compaction_and_the_relist_converges(
     ):
         await _setup_pool(pclient, pns, 10)
         await check_converged(pclient, pns, pools={"pool": 10})
-        async with SandboxHistory(pclient, pns) as history:
+        async with SandboxHistory(wclient, pns) as history:
             before = metric_sum(scrape(mport), gone, reason="gone")
             px.pause()
             names = await _claims(pclient, pns, 15)
@@ -230,7 +246,7 @@ async def test_watches_expire_by_etcd_compaction_and_the_relist_converges(
 
 # ------------------------------------------------------------------------------------ network
 async def test_connection_resets_and_latency_between_controller_and_apiserver(
-    private_cluster: DevCluster, pclient: Client, pns: str, tmp_path: Path
+    private_cluster: DevCluster, pclient: Client, wclient: Client, pns: str, tmp_path: Path
 ) -> None:
     """About 40 s: every byte between the controller and kube-apiserver is delayed 50-150 ms and
     every connection is reset every 2 s, while a pool of 20 fills and 40 claims arrive."""
@@ -249,7 +265,7 @@ async def test_connection_resets_and_latency_between_controller_and_apiserver(
             kubeconfig=kubeconfig_via(private_cluster, px.url_https, tmp_path),
         ) as proc,
     ):
-        async with SandboxHistory(pclient, pns) as history:
+        async with SandboxHistory(wclient, pns) as history:
             t0 = time.monotonic()
             await _setup_pool(pclient, pns, 20)
             await check_converged(pclient, pns, pools={"pool": 20})
@@ -278,7 +294,7 @@ async def test_connection_resets_and_latency_between_controller_and_apiserver(
 
 
 async def test_a_pool_create_whose_answer_is_lost_is_not_repeated(
-    private_cluster: DevCluster, pclient: Client, pns: str, tmp_path: Path
+    private_cluster: DevCluster, pclient: Client, wclient: Client, pns: str, tmp_path: Path
 ) -> None:
     """About 30 s: a pool of 150 fills through a proxy that, once 10 more sandboxes exist, lets
     every request through but loses every answer for one second, then cuts every connection and
@@ -296,7 +312,7 @@ async def test_a_pool_create_whose_answer_is_lost_is_not_repeated(
             private_cluster, log, kubeconfig=kubeconfig_via(private_cluster, px.url_https, tmp_path)
         ),
     ):
-        async with SandboxHistory(pclient, pns) as history:
+        async with SandboxHistory(wclient, pns) as history:
             await _setup_pool(pclient, pns, replicas)
             while rounds < 4 and history.created <= replicas:
                 n = await _sandbox_count(pclient, pns)
@@ -333,7 +349,7 @@ FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1"
 
 
 async def test_priority_and_fairness_throttling_429_is_retried_and_nothing_is_lost(
-    private_cluster: DevCluster, pclient: Client, pns: str, tmp_path: Path
+    private_cluster: DevCluster, pclient: Client, wclient: Client, pns: str, tmp_path: Path
 ) -> None:
     """10-90 s depending on the machine's load, plus two apiserver restarts (with a small total
     concurrency, so that the controller's own priority level gets one seat, and back). The
@@ -407,7 +423,7 @@ async def test_priority_and_fairness_throttling_429_is_retried_and_nothing_is_lo
                 ),
             ) as proc,
         ):
-            async with SandboxHistory(pclient, pns) as history:
+            async with SandboxHistory(wclient, pns) as history:
                 t0 = time.monotonic()
                 await _setup_pool(pclient, pns, 10)
                 names = await _claims(pclient, pns, 20)
@@ -439,7 +455,7 @@ async def test_priority_and_fairness_throttling_429_is_retried_and_nothing_is_lo
 
 # ------------------------------------------------------------------------------------ slow etcd
 async def test_slow_etcd_no_duplicate_creates_and_convergence(
-    private_cluster: DevCluster, pclient: Client, pns: str, tmp_path: Path
+    private_cluster: DevCluster, pclient: Client, wclient: Client, pns: str, tmp_path: Path
 ) -> None:
     """About 60 s: kube-apiserver restarted to reach etcd through a loopback proxy that delays
     every byte 50-200 ms each way; a pool of 20 fills and 30 claims are served, with no sandbox
@@ -450,7 +466,7 @@ async def test_slow_etcd_no_duplicate_creates_and_convergence(
         apiserver_with(private_cluster, etcd_servers=px.url_http),
         controller_process(private_cluster, tmp_path / "controller.log") as proc,
     ):
-        async with SandboxHistory(pclient, pns) as history:
+        async with SandboxHistory(wclient, pns) as history:
             t0 = time.monotonic()
             await _setup_pool(pclient, pns, 20)
             await check_converged(pclient, pns, pools={"pool": 20}, within=120)

@@ -12,9 +12,12 @@ import asyncio
 import contextlib
 import math
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from agentsandbox.cli.options import LEADER_ELECTION_ID
@@ -28,6 +31,7 @@ from tests.integration.invariants import (
     SandboxHistory,
     bound_claims,
     check_converged,
+    checked_history,
     claim_progress,
     controller_process,
     kill_in_flight,
@@ -47,6 +51,16 @@ POLL = RETRY * JITTER_FACTOR  # the standby's longest wait between two looks at 
 # shared, busy 2-core machine.
 MARGIN = 1.0
 KILL_AT_BOUND = 10
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 def _leading(port: int) -> bool:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+
+import pytest
 
 from agentsandbox.api.resources import (
     SANDBOX_CLAIMS,
@@ -25,6 +28,7 @@ from tests.integration.invariants import (
     SandboxHistory,
     bound_claims,
     check_converged,
+    checked_history,
     claim_progress,
     controller_process,
     kill_in_flight,
@@ -32,6 +36,16 @@ from tests.integration.invariants import (
 )
 from tests.integration.test_claims import claim_obj
 from tests.integration.test_warmpool import pool_obj, template_obj
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 async def _count(client: Client, ns: str) -> int:

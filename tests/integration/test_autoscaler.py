@@ -32,18 +32,30 @@ from agentsandbox.controllers.claim import controller as claim_controller
 from agentsandbox.controllers.sandbox import controller as sandbox_controller
 from agentsandbox.controllers.warmpool import controller as warmpool
 from agentsandbox.controllers.warmpool.plan import Settings
+from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import ApiError
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import Resource
 from tests.polling import eventually, stays
 
+from .invariants import SandboxHistory, checked_history
 from .runtime_helpers import running
 from .test_warmpool import pool_obj, template_obj
 
 EVENTS = Resource("events.k8s.io", "v1", "events", "Event")
 #: passes every 0.5 s, rates over the last 6 s (the defaults are 5 s and 10 min)
 FAST = AutoscalerSettings(sync_period=0.5, min_interval=0.2, rate_window=6.0, burst_bin=2.0)
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 @contextlib.asynccontextmanager

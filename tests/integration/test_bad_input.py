@@ -52,10 +52,21 @@ from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import EVENTS, NAMESPACES, NETWORKPOLICIES, PODS, Resource
 from tests.polling import eventually, stays
 
-from .invariants import controller_process
+from .invariants import SandboxHistory, checked_history, controller_process
 from .runtime_helpers import running
 
 IMAGE = "example/python:1"
+
+
+@pytest.fixture(scope="module", autouse=True)
+async def claim_history(
+    cluster: DevCluster, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of the module's tests, checked against the claim rules at its
+    end (tests/integration/invariants.py): one history for the module, whose many short tests
+    make a few claims each (one per test would cost more than the tests)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 # ------------------------------------------------------------------------------------ builders

@@ -16,7 +16,7 @@ import json
 import re
 import urllib.error
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,8 @@ import pytest
 from agentsandbox.api import kinds
 from agentsandbox.devcluster.cluster import DevCluster
 from tests.polling import stays_sync
+
+from .invariants import SandboxHistory, checked_history
 
 CRD = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 CLAIM_CRD = CRD / "extensions.agents.x-k8s.io_sandboxclaims.yaml"
@@ -38,6 +40,17 @@ WARMPOOL_WITH_TEMPLATE = (
 )
 EMPTY_POOL_NAME = "warmPoolRef.name must name a SandboxWarmPool in the same namespace"
 BAD_WARMPOOL = 'warmpool must be "none", "default" or the name of a SandboxWarmPool'
+
+
+@pytest.fixture(scope="module", autouse=True)
+async def claim_history(
+    cluster: DevCluster, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of the module's tests, checked against the claim rules at its
+    end (tests/integration/invariants.py): one history for the module, whose many short tests
+    make a few claims each (one per test would cost more than the tests)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 @pytest.fixture(scope="module", autouse=True)

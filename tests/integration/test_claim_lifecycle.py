@@ -6,6 +6,7 @@ Ready, an event) and a ResourceQuota refusing the third of three cold claims.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,12 +17,13 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
-from agentsandbox.devcluster.cluster import LIFECYCLE_LABEL
+from agentsandbox.devcluster.cluster import LIFECYCLE_LABEL, DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.resources import PODS, Resource
 from tests.polling import eventually, stays
 
+from .invariants import SandboxHistory, checked_history
 from .test_claims import claim_obj, controllers, ready_reason, wait_claims_ready
 from .test_warmpool import (
     pool_obj,
@@ -32,6 +34,16 @@ from .test_warmpool import (
 
 RESOURCE_QUOTAS = Resource("", "v1", "resourcequotas", "ResourceQuota")
 EVENTS = Resource("events.k8s.io", "v1", "events", "Event")
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 def in_seconds(seconds: float) -> str:

@@ -5,8 +5,10 @@ upstream's pod-name guess that calls cold sandboxes warm)."""
 from __future__ import annotations
 
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
@@ -14,12 +16,23 @@ from agentsandbox.devcluster.cluster import DevCluster, free_port
 from agentsandbox.kube.client import Client
 from tests.polling import eventually
 
+from .invariants import SandboxHistory, checked_history
 from .test_claims import claim_obj, controller_process, wait_claims_ready
 from .test_warmpool import (
     pool_obj,
     template_obj,
     wait_ready_pool,
 )
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:

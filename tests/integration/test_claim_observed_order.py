@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from collections.abc import AsyncIterator
 from typing import Any
+
+import pytest
 
 from agentsandbox.api import keys
 from agentsandbox.api.resources import (
@@ -24,11 +27,12 @@ from agentsandbox.api.resources import (
     SANDBOXES,
 )
 from agentsandbox.api.timefmt import parse_rfc3339
+from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.informer import Informer
 from tests.polling import eventually
 
-from .invariants import ready_reason
+from .invariants import SandboxHistory, checked_history, ready_reason
 from .test_claims import claim_obj, controllers, wait_claims_ready
 from .test_warmpool import pool_obj, template_obj, wait_ready_pool
 
@@ -36,6 +40,16 @@ WARM = 20
 COLD = 5
 OBSERVED = keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT
 GUARDS = (keys.ANNOTATION_CLAIM_FIRST_READY_AT, keys.ANNOTATION_CREATION_LATENCY_RECORDED)
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 def _annotations(obj: dict[str, Any]) -> dict[str, str]:

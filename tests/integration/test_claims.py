@@ -47,6 +47,7 @@ from .invariants import (
     bound_claims,
     check_invariants,
     check_owned,
+    checked_history,
     claim_progress,
     controller_process,
     kill_in_flight,
@@ -76,6 +77,16 @@ TERMINAL = {
     "PodFailed",
     "PodSucceeded",
 }
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 @contextlib.asynccontextmanager

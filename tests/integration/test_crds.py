@@ -23,7 +23,7 @@ import json
 import re
 import urllib.error
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +34,24 @@ from agentsandbox.api import kinds
 from agentsandbox.devcluster.cluster import DevCluster
 from tests.polling import stays_sync
 
+from .invariants import SandboxHistory, checked_history
+
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "deploy" / "crds"
 VERSIONS = ("v1alpha1", "v1beta1")
 OUR_KINDS = {k.kind: k for k in kinds.ALL_KINDS}
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@pytest.fixture(scope="module", autouse=True)
+async def claim_history(
+    cluster: DevCluster, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of the module's tests, checked against the claim rules at its
+    end (tests/integration/invariants.py): one history for the module, whose many short tests
+    make a few claims each (one per test would cost more than the tests)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 def _load_docs(path: Path) -> list[dict[str, Any]]:

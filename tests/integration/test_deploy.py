@@ -15,7 +15,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,6 +26,8 @@ import yaml
 from agentsandbox.devcluster.binaries import repo_root
 from agentsandbox.devcluster.cluster import DevCluster, free_port
 from tests.polling import eventually_sync
+
+from .invariants import SandboxHistory, checked_history
 
 EXE = Path(sys.executable).with_name("agent-sandbox-controller")
 ROOT = repo_root() or Path(__file__).resolve().parents[2]
@@ -44,6 +46,17 @@ AUTOSCALERS = (
 REFUSED = re.compile(r"forbidden|(?<![\d.:])403(?!\d)", re.IGNORECASE)
 
 T = TypeVar("T")
+
+
+@pytest.fixture(scope="module", autouse=True)
+async def claim_history(
+    cluster: DevCluster, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of the module's tests, checked against the claim rules at its
+    end (tests/integration/invariants.py): one history for the module, whose many short tests
+    make a few claims each (one per test would cost more than the tests)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 def get_or_none(cluster: DevCluster, path: str) -> Any:

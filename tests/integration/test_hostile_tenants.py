@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentsandbox.api import keys
@@ -34,10 +35,27 @@ from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.resources import CONFIGMAPS, NAMESPACES
 from tests.polling import eventually, stays
 
-from .invariants import controller_process, ready_reason, wait_claims_ready, wait_ready_pool
+from .invariants import (
+    SandboxHistory,
+    checked_history,
+    controller_process,
+    ready_reason,
+    wait_claims_ready,
+    wait_ready_pool,
+)
 
 IMAGE = "example/python:1"
 NESTING = 3000
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 def template_body(name: str = "tpl") -> dict[str, Any]:

@@ -17,10 +17,11 @@ import asyncio
 import copy
 import json
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from agentsandbox.api import keys
@@ -35,11 +36,22 @@ from agentsandbox.kube.client import Client
 from agentsandbox.kube.resources import Resource
 from tests.polling import eventually, stays
 
+from .invariants import SandboxHistory, checked_history
 from .test_claims import controllers
 
 TESTDATA = Path(__file__).resolve().parents[1] / "testdata" / "upstream"
 PLACEHOLDER = "FILLED-BY-TEST"
 CLAIM_CRD_FILE = "extensions.agents.x-k8s.io_sandboxclaims.yaml"
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 def load(name: str) -> list[dict[str, Any]]:

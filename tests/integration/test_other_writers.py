@@ -46,6 +46,7 @@ from agentsandbox.controllers.claim import controller as claim_controller
 from agentsandbox.controllers.sandbox import controller as sandbox_controller
 from agentsandbox.controllers.warmpool import controller as warmpool
 from agentsandbox.controllers.warmpool.plan import Settings
+from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import Conflict, NotFound
 from agentsandbox.kube.informer import Informer
@@ -53,7 +54,7 @@ from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import NAMESPACES, Resource
 from tests.polling import eventually
 
-from .invariants import wait_claims_ready
+from .invariants import SandboxHistory, checked_history, wait_claims_ready
 from .runtime_helpers import running, sample
 from .test_warmpool import pool_obj, template_obj
 
@@ -63,6 +64,17 @@ LABEL_POOL = keys.LABEL_WARM_POOL_SANDBOX  # a label we own
 EDIT_SECONDS = 5.0
 FAR = dt.datetime(2099, 1, 1, tzinfo=dt.UTC)
 FORGED_IP = "192.0.2.1"
+OTHER_WRITER = "other-writer"
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 def stamp(i: int) -> str:
@@ -171,7 +183,9 @@ async def writer(client: Client, ns: str, stop: float, edits: dict[str, int]) ->
             lie: dict[str, Any] = {"status": {"replicas": 999, "readyReplicas": 999}}
             await client.patch(SANDBOX_WARM_POOLS, "pool", lie, ns, subresource="status")
             lie = {"status": {"sandbox": {"name": "bogus", "podIPs": [FORGED_IP]}}}
-            await client.patch(SANDBOX_CLAIMS, "c", lie, ns, subresource="status")
+            await client.patch(  # a field manager of its own: the claim history sees who lied
+                SANDBOX_CLAIMS, "c", lie, ns, subresource="status", field_manager=OTHER_WRITER
+            )
             edits["status"] = edits.get("status", 0) + 2
         await asyncio.sleep(0.02)
 

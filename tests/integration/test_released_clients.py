@@ -43,6 +43,7 @@ from agentsandbox.api.resources import (
 from agentsandbox.controllers.sandbox import controller as sandbox_controller
 from agentsandbox.controllers.warmpool import controller as warmpool
 from agentsandbox.controllers.warmpool.plan import Settings
+from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.devcluster.standin import StandinRuntime
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound
@@ -50,6 +51,7 @@ from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.manager import Manager
 from tests.polling import eventually, stays
 
+from .invariants import SandboxHistory, checked_history
 from .runtime_helpers import running
 from .test_warmpool import (
     pool_obj,
@@ -63,6 +65,16 @@ DRIVER = Path(__file__).with_name("sdk_driver.py")
 POOL_SIZE = 2
 READY_TIMEOUT = 60  # the clients' sandbox_ready_timeout (s)
 CLAIM_CONTROLLER = "agentsandbox.controllers.claim.controller"
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 def claim_setup() -> Callable[..., Any] | None:

@@ -45,14 +45,14 @@ from agentsandbox.controllers.claim import controller as claim_controller
 from agentsandbox.controllers.sandbox import controller as sandbox_controller
 from agentsandbox.controllers.warmpool import controller as warmpool
 from agentsandbox.controllers.warmpool.plan import Settings
-from agentsandbox.devcluster.cluster import LIFECYCLE_LABEL
+from agentsandbox.devcluster.cluster import LIFECYCLE_LABEL, DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import PODS, Resource
 from tests.polling import eventually
 
-from .invariants import wait_claims_ready
+from .invariants import SandboxHistory, checked_history, wait_claims_ready
 from .runtime_helpers import running
 from .test_claims import claim_obj
 from .test_warmpool import pool_obj, template_obj, wait_ready_pool
@@ -60,6 +60,16 @@ from .test_warmpool import pool_obj, template_obj, wait_ready_pool
 SLOW = {LIFECYCLE_LABEL: "slow-ready"}
 PENDING = "Pod exists with phase: Pending"
 RUNNING_NOT_READY = "Pod is Running but not Ready"
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 @pytest.fixture(scope="module")

@@ -58,10 +58,20 @@ from agentsandbox.kube.resources import (
 )
 from tests.polling import eventually, settles, stays
 
-from .invariants import controller_process, wait_claims_ready
+from .invariants import SandboxHistory, checked_history, controller_process, wait_claims_ready
 
 IMAGE = "example/python:1"
 FAKE_POOL_UID = "00000000-0000-4000-8000-000000000001"
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 def template_body(name: str, canary: str) -> dict[str, Any]:

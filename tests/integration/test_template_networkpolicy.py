@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from agentsandbox.api import keys
 from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.resources import (
@@ -37,12 +39,14 @@ from agentsandbox.controllers.template.plan import (
 )
 from agentsandbox.controllers.warmpool import controller as warmpool
 from agentsandbox.controllers.warmpool.plan import Settings
+from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client, PatchType
 from agentsandbox.kube.errors import NotFound
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import EVENTS, NETWORKPOLICIES, PODS, Resource
 from tests.polling import eventually, settles
 
+from .invariants import SandboxHistory, checked_history
 from .runtime_helpers import running, sample
 from .test_claims import claim_obj, ready_reason
 from .test_warmpool import (
@@ -68,6 +72,16 @@ CUSTOM = {
         }
     ],
 }
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 @contextlib.asynccontextmanager

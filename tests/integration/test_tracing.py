@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -34,13 +35,23 @@ from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
 from tests.polling import eventually
 
-from .invariants import controller_process, wait_claims_ready
+from .invariants import SandboxHistory, checked_history, controller_process, wait_claims_ready
 from .test_claims import claim_obj
 from .test_warmpool import (
     pool_obj,
     template_obj,
     wait_ready_pool,
 )
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 @dataclass
