@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,12 @@ from agentsandbox.api.resources import (
 from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import Forbidden
-from tests.integration.invariants import SandboxHistory, check_converged, controller_process
+from tests.integration.invariants import (
+    SandboxHistory,
+    check_converged,
+    checked_history,
+    controller_process,
+)
 from tests.integration.test_claims import claim_obj
 from tests.integration.test_warmpool import (
     pool_obj,
@@ -211,6 +216,18 @@ async def adoption_fault_scenario(client: Client, ns: str, fault: Fault) -> None
 
 
 # ------------------------------------------------------------------------------------ proxy
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    private_cluster: DevCluster, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(private_cluster, request.node.nodeid) as history:
+        yield history
+
+
 @pytest.fixture
 def fault_proxy(private_cluster: DevCluster, tmp_path: Path) -> Iterator[ProxyProcess]:
     """The HTTP fault proxy in front of the private kube-apiserver, and the controller behind

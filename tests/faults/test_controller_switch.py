@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from tests.integration.invariants import (
     bound_claims,
     check_invariants,
     check_owned,
+    checked_history,
     claim_progress,
     controller_process,
     kill_in_flight,
@@ -51,6 +53,16 @@ ASSIGNED = "agents.x-k8s.io/sandbox-name"
 REPLICAS = 20
 CLAIMS = 40
 KILL_AT_BOUND = 5
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import parse_qs
 
@@ -19,7 +19,12 @@ import pytest
 from agentsandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
-from tests.integration.invariants import check_converged, controller_process
+from tests.integration.invariants import (
+    SandboxHistory,
+    check_converged,
+    checked_history,
+    controller_process,
+)
 from tests.integration.test_claims import claim_obj
 from tests.integration.test_warmpool import pool_obj, template_obj, wait_ready_pool
 from tests.polling import eventually
@@ -58,6 +63,16 @@ def _show(entries: list[dict[str, object]], t0: float) -> list[str]:
         f"rv={_rv(e) or '-'} -> {e['status']}"
         for e in entries
     ]
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    private_cluster: DevCluster, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(private_cluster, request.node.nodeid) as history:
+        yield history
 
 
 @pytest.fixture

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+
+import pytest
 
 from agentsandbox.api import keys
 from agentsandbox.api.hashing import name_hash
@@ -15,15 +18,26 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
+from agentsandbox.devcluster.cluster import DevCluster
 from agentsandbox.kube.client import Client
 from tests.polling import eventually
 
-from .invariants import check_invariants, wait_claims_ready
+from .invariants import SandboxHistory, check_invariants, checked_history, wait_claims_ready
 from .test_claims import claim_obj, controllers
 from .test_warmpool import image_of, pool_obj, template_obj, wait_ready_pool
 
 MEMBERS = 3
 WARM_WITHIN = 10.0  # seconds from a claim's create to Ready, on a loaded 2-core machine
+
+
+@pytest.fixture(autouse=True)
+async def claim_history(
+    cluster: DevCluster, request: pytest.FixtureRequest
+) -> AsyncIterator[SandboxHistory]:
+    """Every claim and sandbox of each test, checked against the claim rules at its end
+    (tests/integration/invariants.py)."""
+    async with checked_history(cluster, request.node.nodeid) as history:
+        yield history
 
 
 async def test_onreplenish_pool_switched_to_another_template_serves_warm_then_refills(
