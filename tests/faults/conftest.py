@@ -22,8 +22,9 @@ from agentsandbox.devcluster.process import Component, spawn, wait_healthy
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.config import load_kubeconfig
 from tests.conftest import started_cluster
+from tests.integration.invariants import controller_process
 
-from .faultkit import kubeconfig_via
+from .faultkit import ProxyProcess, kubeconfig_via, proxy
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -116,3 +117,20 @@ def pns(private_cluster: DevCluster) -> Iterator[str]:
     yield name
     with contextlib.suppress(OSError):
         private_cluster.api("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def fault_proxy(private_cluster: DevCluster, tmp_path: Path) -> Iterator[ProxyProcess]:
+    """The HTTP fault proxy in front of the private kube-apiserver, and the controller behind
+    it."""
+    target = f"127.0.0.1:{private_cluster.ports['kube-apiserver']}"
+    with (
+        proxy(target, tmp_path, http_pki=private_cluster.pki) as px,
+        controller_process(
+            private_cluster,
+            tmp_path / "controller.log",
+            kubeconfig=kubeconfig_via(private_cluster, px.url_http, tmp_path),
+        ) as proc,
+    ):
+        yield px
+        assert proc.poll() is None, "the controller exited"

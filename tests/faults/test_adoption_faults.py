@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,9 +60,7 @@ from .faultkit import (
     ProxyProcess,
     admission_refusal,
     audit_writes,
-    kubeconfig_via,
     namespace_flag,
-    proxy,
 )
 
 POOL = "pool"
@@ -226,23 +224,6 @@ async def claim_history(
     (tests/integration/invariants.py)."""
     async with checked_history(private_cluster, request.node.nodeid) as history:
         yield history
-
-
-@pytest.fixture
-def fault_proxy(private_cluster: DevCluster, tmp_path: Path) -> Iterator[ProxyProcess]:
-    """The HTTP fault proxy in front of the private kube-apiserver, and the controller behind
-    it."""
-    target = f"127.0.0.1:{private_cluster.ports['kube-apiserver']}"
-    with (
-        proxy(target, tmp_path, http_pki=private_cluster.pki) as px,
-        controller_process(
-            private_cluster,
-            tmp_path / "controller.log",
-            kubeconfig=kubeconfig_via(private_cluster, px.url_http, tmp_path),
-        ) as proc,
-    ):
-        yield px
-        assert proc.poll() is None, "the controller exited"
 
 
 def proxy_fault(px: ProxyProcess, ns: str, what: str, **rule: object) -> Fault:

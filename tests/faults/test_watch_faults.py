@@ -10,8 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from urllib.parse import parse_qs
 
 import pytest
@@ -23,13 +22,12 @@ from tests.integration.invariants import (
     SandboxHistory,
     check_converged,
     checked_history,
-    controller_process,
 )
 from tests.integration.test_claims import claim_obj
 from tests.integration.test_warmpool import pool_obj, template_obj, wait_ready_pool
 from tests.polling import eventually
 
-from .faultkit import ProxyProcess, kubeconfig_via, proxy
+from .faultkit import ProxyProcess
 
 POOL = "pool"
 REPLICAS = 3
@@ -75,25 +73,8 @@ async def claim_history(
         yield history
 
 
-@pytest.fixture
-def watch_proxy(private_cluster: DevCluster, tmp_path: Path) -> Iterator[ProxyProcess]:
-    """The HTTP fault proxy in front of the private kube-apiserver, and the controller behind
-    it."""
-    target = f"127.0.0.1:{private_cluster.ports['kube-apiserver']}"
-    with (
-        proxy(target, tmp_path, http_pki=private_cluster.pki) as px,
-        controller_process(
-            private_cluster,
-            tmp_path / "controller.log",
-            kubeconfig=kubeconfig_via(private_cluster, px.url_http, tmp_path),
-        ) as proc,
-    ):
-        yield px
-        assert proc.poll() is None, "the controller exited"
-
-
 async def test_a_throttled_watch_rewatches_from_its_resource_version_with_backoff(
-    watch_proxy: ProxyProcess, pclient: Client, pns: str
+    fault_proxy: ProxyProcess, pclient: Client, pns: str
 ) -> None:
     """security review #8, against kube-apiserver. About 10 s, 6 of them refused watches (two
     Retry-After of 1 s and three growing backoffs). Once the controller's caches are synced (a
@@ -104,7 +85,7 @@ async def test_a_throttled_watch_rewatches_from_its_resource_version_with_backof
     off exponentially after the 5xx (the last gap longer than the first); the watch that is let
     through must work: a claim made afterwards is served by a pool sandbox, and the pool is
     refilled to its replicas."""
-    px = watch_proxy
+    px = fault_proxy
     await pclient.create(SANDBOX_TEMPLATES, template_obj("tpl"), pns)
     await pclient.create(SANDBOX_WARM_POOLS, pool_obj(POOL, "tpl", REPLICAS), pns)
     members = {s["metadata"]["name"] for s in await wait_ready_pool(pclient, pns, POOL, REPLICAS)}
