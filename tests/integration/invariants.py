@@ -52,7 +52,6 @@ from agentsandbox.kube.errors import ApiConnectionError, ApiError, Gone
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.resources import Resource
 from agentsandbox.kube.transport import _USER_AGENT
-from agentsandbox.kube.watch import WatchStream
 from tests.polling import eventually
 
 from .test_controller_process import EXE
@@ -624,7 +623,6 @@ class _Watch:
         self.rv = ""
         self.live: dict[str, str] = {}  # uid -> resourceVersion of every object now
         self.task: asyncio.Task[None] | None = None
-        self.stream: WatchStream | None = None
         self.behind_since: float | None = None
 
     @property
@@ -649,7 +647,6 @@ class _Watch:
                     async with self.history.client.watch(
                         self.resource, self.history.ns, resource_version=self.rv
                     ) as stream:
-                        self.stream = stream
                         async for ev in stream:
                             errors = 0
                             if ev.type != "BOOKMARK":
@@ -685,11 +682,13 @@ class _Watch:
             self.behind_since = None
             return True
         # a stream that stalled without a word (seen after an etcd compaction) is reopened
-        # from the last resourceVersion it delivered: resumed, or a 410 and so a gap
+        # from the last resourceVersion it delivered: resumed, or a 410 and so a gap. The task
+        # reading it is restarted (closing the stream alone may leave a read waiting)
         started = self.behind_since = self.behind_since or time.monotonic()
-        if time.monotonic() - started > STALLED and self.stream is not None:
+        if time.monotonic() - started > STALLED:
             self.behind_since = None
-            await self.stream.aclose()
+            await self.stop()
+            self.task = asyncio.create_task(self._run(), name=f"history {self.what}")
         return False
 
     async def stop(self) -> None:
