@@ -508,7 +508,10 @@ class ClaimProvider:
                 self.client, cp, {ASSIGNED_SANDBOX: name}, labels={ASSIGNED_SANDBOX: None}
             )
         except ClaimChanged:
-            log.info("could not move the claim's sandbox label to the annotation; next pass")
+            log.info(
+                "could not move the claim's sandbox label to the annotation; the label stays and"
+                " is still read"
+            )
 
     def _adopted(self, claim: KubeObject, template: KubeObject, candidate: KubeObject) -> None:
         meta = claim["metadata"]
