@@ -15,8 +15,10 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +82,45 @@ def restart_apiserver(
 
     eventually_sync(ready, within=within, what="kube-apiserver ready after a restart")
     return time.monotonic() - killed
+
+
+def wait_pods_served(cluster: DevCluster, *, within: float = 120.0) -> float:
+    """A probe pod in ``default`` scheduled, started by kwok and Ready, then deleted; returns the
+    seconds it took. After kube-apiserver restarts, kube-scheduler and kwok re-establish their
+    watches with back-off: a test that starts before they do would blame the controller for
+    pods nobody serves yet."""
+    t0 = time.monotonic()
+    name = f"probe-{uuid.uuid4().hex[:8]}"
+    path = "/api/v1/namespaces/default/pods"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "main", "image": "example/probe:1"}]},
+    }
+
+    def created() -> bool:
+        try:
+            cluster.api("POST", path, pod)
+        except urllib.error.HTTPError as e:  # 409: an earlier try was applied
+            return e.code == 409
+        return True
+
+    def ready() -> bool:
+        got = cluster.api("GET", f"{path}/{name}")
+        conds = (got.get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+    # the restarted apiserver may still drop a connection or two
+    eventually_sync(created, within=within, what="a probe pod created", ignoring=OSError)
+    eventually_sync(
+        ready,
+        within=within,
+        what="a probe pod scheduled and Ready (scheduler, kwok)",
+        ignoring=OSError,
+    )
+    cluster.api("DELETE", f"{path}/{name}", {"gracePeriodSeconds": 0})
+    return time.monotonic() - t0
 
 
 # ------------------------------------------------------------------------------------ proxies

@@ -47,6 +47,7 @@ from .faultkit import (
     restart_apiserver,
     scrape,
     unanswered_creates,
+    wait_pods_served,
 )
 
 
@@ -65,12 +66,14 @@ async def claim_history(
 def apiserver_with(
     cluster: DevCluster, *, etcd_servers: str | None = None, extra: Sequence[str] = ()
 ) -> Iterator[None]:
-    """kube-apiserver restarted with other flags for the body, then restarted as it was."""
+    """kube-apiserver restarted with other flags for the body, then restarted as it was, and
+    pods served again before the next test starts."""
     restart_apiserver(cluster, etcd_servers=etcd_servers, extra=extra)
     try:
         yield
     finally:
         restart_apiserver(cluster)
+        wait_pods_served(cluster)
 
 
 async def _sandbox_count(client: Client, ns: str) -> int:
