@@ -14,7 +14,7 @@ SDK046_STAMP := $(SDK046_VENV)/.installed
 SDK108_STAMP := $(SDK108_VENV)/.installed
 SDK_STAMPS := $(SDK046_STAMP) $(SDK108_STAMP)
 
-.PHONY: help venv sdk-venvs controlplane conformance-build conformance cluster cluster-down test test-unit test-integration test-slow test-faults demo bench bench-runtime lint fmt clean
+.PHONY: help venv sdk-venvs controlplane conformance-build conformance cluster cluster-down test test-unit test-integration test-slow test-faults demo bench bench-runtime traces autoscale-eval lint fmt clean
 
 help:
 	@echo "make demo          set everything up, start the local control plane and show the controller at work"
@@ -25,6 +25,7 @@ help:
 	@echo "make cluster       start the local control plane in the background (.cluster/kubeconfig)"
 	@echo "make cluster-down  stop it"
 	@echo "make lint          ruff + mypy"
+	@echo "make autoscale-eval the autoscaler's held-out scenarios in the simulator (SET=tuning: the tuning set)"
 
 $(STAMP): pyproject.toml requirements-dev.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -130,6 +131,18 @@ bench: venv controlplane
 
 bench-runtime: venv controlplane
 	$(PY) bench/runtime.py
+
+# The autoscaler's evaluation (docs/autoscaling.md, "How the autoscaler is evaluated"): the arrival
+# traces of bench/autoscale/traces.toml as CSV in build/traces/ (not committed), then every
+# scenario of a set replayed through the simulator for both refill distributions; the JSON goes to
+# build/autoscale-eval/<set>.json (not committed). Not part of `make test`.
+SET ?= evaluation
+AUTOSCALE_JOBS ?= 2
+traces: venv
+	$(PY) bench/autoscale/make_traces.py --out build/traces
+
+autoscale-eval: traces
+	$(PY) bench/autoscale/evaluate.py --set $(SET) --jobs $(AUTOSCALE_JOBS) --out build/autoscale-eval --traces-dir build/traces
 
 # ruff on every Python file of the repository (src, tests, bench, hack, and any to come), mypy --strict
 lint: venv

@@ -4,8 +4,11 @@
     python -m agentsandbox.sim --trace diurnal --latency lognormal
     python -m agentsandbox.sim --trace steady --rate 2 --hours 2
     python -m agentsandbox.sim --csv claims.csv
+    python -m agentsandbox.sim --csv claims.csv.gz --restart-at 7200 --skew -3
 
 Prints the comparison table and writes ``<out>/<trace>.json`` and ``<out>/<trace>.png``.
+Scenario events (``--restart-at``, ``--skew``, ``--never-ready``) are described in
+:mod:`.engine`; a restart must fall after the warm-up and before the end.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from . import traces
 from .compare import Comparison, compare
 from .engine import Config
 from .report import table, write
+from .traces import Trace
 
 
 def parser() -> argparse.ArgumentParser:
@@ -57,11 +61,36 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-search", action="store_true", help="autoscaled only")
     p.add_argument("--out", type=Path, default=Path("sim-output"))
     p.add_argument("--no-plot", action="store_true")
+    events = p.add_argument_group("scenario events")
+    events.add_argument(
+        "--restart-at",
+        type=float,
+        action="append",
+        default=[],
+        metavar="SECONDS",
+        help="the controller restarts at this simulated time (repeatable): the autoscaler's "
+        "memory is lost and its windows are rebuilt from a relist",
+    )
+    events.add_argument(
+        "--skew",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="the controller's clock minus the API server's",
+    )
+    events.add_argument(
+        "--never-ready",
+        action="store_true",
+        help="pool members never become Ready (no static search: no size reaches a target)",
+    )
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+class ScenarioError(ValueError):
+    """Scenario events that do not fit the trace."""
+
+
+def load_trace(args: argparse.Namespace) -> Trace:
     duration = (args.hours if args.hours is not None else 24.0) * 3600
     if args.csv is not None:
         trace = traces.from_csv(
@@ -84,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         trace = traces.steady(
             args.seed, args.rate, duration, dwell=args.dwell if args.dwell is not None else 120.0
         )
+    return trace
+
+
+def run(args: argparse.Namespace) -> tuple[Trace, list[Comparison], float]:
+    """The simulations the command runs: (trace, one comparison per distribution, warm-up)."""
+    trace = load_trace(args)
     dists: list[lat.Latency] = []
     if args.latency in ("local", "both"):
         dists.append(lat.LOCAL)
@@ -97,7 +132,21 @@ def main(argv: list[str] | None = None) -> int:
         warm_share_horizon=args.warm_share_horizon,
     )
     warmup = min(args.warmup, trace.duration / 4)
+    restarts = tuple(sorted(args.restart_at))
+    for at in restarts:
+        if not warmup < at < trace.duration:
+            raise ScenarioError(
+                f"--restart-at {at:g}: a restart must fall after the warm-up ({warmup:g}s) "
+                f"and before the end of the trace ({trace.duration:g}s)"
+            )
     print(f"{trace.name}: {len(trace.arrivals)} claims, {trace.description}", file=sys.stderr)
+    events = [f"restart at {at:g}s" for at in restarts]
+    if args.skew:
+        events.append(f"controller clock skew {args.skew:+g}s")
+    if args.never_ready:
+        events.append("members never Ready (no static search)")
+    if events:
+        print(f"events: {', '.join(events)}", file=sys.stderr)
     results: list[Comparison] = []
     for dist in dists:
         print(f"{dist.name}:", file=sys.stderr)
@@ -108,16 +157,29 @@ def main(argv: list[str] | None = None) -> int:
             policy=policy,
             decide_interval=args.decide_interval,
             warmup=warmup,
+            restarts=restarts,
+            skew=args.skew,
+            never_ready=args.never_ready,
         )
         results.append(
             compare(
                 cfg,
                 args.target,
                 static_size=args.static,
-                search=not args.no_search,
+                search=not args.no_search and not args.never_ready,
                 log=lambda line: print(line, file=sys.stderr, flush=True),
             )
         )
+    return trace, results, warmup
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        trace, results, warmup = run(args)
+    except ScenarioError as err:
+        p.error(str(err))
     print(table(trace, results, warmup))
     for path in write(args.out, trace, results, plot=not args.no_plot):
         print(f"wrote {path}")

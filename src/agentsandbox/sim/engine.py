@@ -29,6 +29,12 @@ Two shortcuts keep a simulated day within seconds, both exact for what the simul
   pool. ``check_view=True`` runs plan on the whole pool as well and asserts the same decisions
   (the unit tests do).
 
+Scenario events (:class:`Config`): ``restarts`` (the controller restarts at these times: the
+autoscaler's memory is lost and its windows are rebuilt from a relist), ``skew`` (the
+controller's clock minus the API server's) and ``never_ready`` (no member ever becomes Ready;
+plan replaces them at its readiness deadline). A restart or a skew makes the autoscaler observe
+through the controller's own windows (:mod:`.informer`) instead of the exact times.
+
 Not modelled: API latency and errors, the API server slowing down under many creates (the
 create -> Ready draws are independent of the load), expectations (the simulated cache sees every
 write at once), terminating sandboxes (deletes are instant), claims adopting a not-Ready pool
@@ -57,6 +63,7 @@ from agentsandbox.controllers.autoscaler.plan import Memory, Observation, Policy
 from agentsandbox.controllers.warmpool import plan as warmpool_plan
 from agentsandbox.controllers.warmpool.plan import Settings, Snapshot
 
+from .informer import Informed
 from .latency import Latency
 from .traces import Trace
 
@@ -166,6 +173,8 @@ class Result:
     claimed_seconds: float = 0.0  # claims x dwell (+ cold wait), after the warm-up
     creates: int = 0
     deletes: int = 0
+    deletes_before_ready: int = 0  # members deleted while not Ready (stuck or excess)
+    restarts: int = 0
     plan_calls: int = 0
     decisions: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
@@ -207,6 +216,20 @@ class Config:
     sample_every: float = 10.0
     settings: Settings = field(default_factory=Settings)
     check_view: bool = False  # run plan on the whole pool too and compare (slow; for tests)
+    # scenario events (module doc): controller restarts (seconds), clock skew (controller minus
+    # API server, seconds), members that never become Ready
+    restarts: tuple[float, ...] = ()
+    skew: float = 0.0
+    never_ready: bool = False
+    informed: bool = False  # observe through the controller's windows even without the above
+
+    def __post_init__(self) -> None:
+        for at in self.restarts:
+            if not self.warmup < at < self.trace.duration:
+                raise ValueError(
+                    f"a restart at {at:g}s is not after the warm-up ({self.warmup:g}s) and "
+                    f"before the end ({self.trace.duration:g}s) of the trace"
+                )
 
 
 def default_policy() -> Policy:
@@ -241,6 +264,12 @@ class Simulation:
         self.arrivals: deque[float] = deque()
         self.refills: deque[float] = deque(maxlen=cfg.refill_samples)
         self.memory = Memory()
+        self.informed: Informed | None = None
+        if cfg.informed or cfg.restarts or cfg.skew:
+            self.informed = Informed(
+                EPOCH, NAMESPACE, POOL, cfg.arrival_window, cfg.skew, cfg.trace.dwell
+            )
+        self.decide_epoch = 0  # a restart starts a new chain of passes
         label = f"static {cfg.static}" if cfg.static is not None else "autoscaled"
         self.result = Result(label, cfg.trace.name, cfg.latency.name, cfg.static)
         self.last_t = 0.0
@@ -285,12 +314,19 @@ class Simulation:
         }
         member = Member(uid, t, obj)
         self.members[uid] = member
-        if ready:
+        if ready and self.informed is not None:
+            obj["status"] = self.informed.initial_status()
+        if ready and not self.cfg.never_ready:
             member.ready_at = t
             self.ready[uid] = None
-        else:
-            self.pending[uid] = None
+            return
+        if ready:
+            obj["status"] = PENDING_STATUS
+        self.pending[uid] = None
+        if not self.cfg.never_ready:
             self._push(t + self.cfg.latency.draw(self.rng), READY, uid)
+        if self.informed is not None:
+            self.informed.sandbox_added(t, obj)
 
     def _remove(self, uid: str) -> None:
         self.members.pop(uid, None)
@@ -344,11 +380,20 @@ class Simulation:
             assert full.requeue_after == out.requeue_after, (full.requeue_after, out.requeue_after)
         self._account(t)
         for sb in [*out.delete_stale, *out.delete_stuck, *out.delete_excess]:
-            self._remove(sb["metadata"]["uid"])
+            uid = sb["metadata"]["uid"]
+            if uid in self.pending:
+                self.result.deletes_before_ready += 1
+            if self.informed is not None and uid in self.members:
+                self.informed.sandbox_deleted(t, self.members[uid].obj)
+            self._remove(uid)
             self.result.deletes += 1
         for _ in range(out.create):
             self._create(t)
             self.result.creates += 1
+        if out.create and self.cfg.never_ready:
+            # the creates' watch events re-queue the pool, which then times their deadline
+            # (otherwise an adoption or a size change does, which never_ready may not have)
+            self._enqueue(t)
         if out.requeue_after is not None:
             self._enqueue(t + out.requeue_after)
 
@@ -373,6 +418,8 @@ class Simulation:
             self.result.claims += 1
             self.result.latencies.append(latency)
             self.result.claimed_seconds += latency + cfg.trace.dwell
+        if self.informed is not None:
+            self.informed.claim_added(t, latency)
 
     def _ready(self, t: float, uid: str) -> None:
         member = self.members.get(uid)
@@ -380,7 +427,12 @@ class Simulation:
             return  # deleted before it was Ready
         self._account(t)
         member.ready_at = t
-        member.obj["status"] = READY_STATUS
+        if self.informed is not None:
+            old = {**member.obj}
+            member.obj["status"] = self.informed.ready_status(t)
+            self.informed.sandbox_ready(t, old, member.obj)
+        else:
+            member.obj["status"] = READY_STATUS
         del self.pending[uid]
         self.ready[uid] = None
         self.refills.append(t - member.created)
@@ -389,22 +441,35 @@ class Simulation:
         horizon = t - self.cfg.arrival_window
         while self.arrivals and self.arrivals[0] <= horizon:
             self.arrivals.popleft()
-        d = decide(
-            Observation(
+        if self.informed is not None:
+            obs = self.informed.observe(t, self.replicas)
+            self.memory = self.informed.memory
+        else:
+            obs = Observation(
                 now=t,
                 arrivals=list(self.arrivals),
                 refill_seconds=list(self.refills),
                 current_replicas=self.replicas,
-            ),
-            self.policy,
-            self.memory,
-        )
+            )
+        d = decide(obs, self.policy, self.memory)
         self.result.decisions += 1
         self.result.reasons[d.reason] = self.result.reasons.get(d.reason, 0) + 1
         if d.replicas != self.replicas:
             self.replicas = d.replicas
             self.pool["spec"]["replicas"] = d.replicas
             self._enqueue(t)
+
+    def _restart(self, t: float) -> None:
+        """The controller restarts: the autoscaler relists (its memory is gone) and passes
+        start again now; the pool is reconciled once as every object is re-queued."""
+        self.result.restarts += 1
+        if self.informed is not None:
+            self.informed.restart(t, [m.obj for m in self.members.values()])
+            self.memory = self.informed.memory
+        if self.autoscaled:
+            self.decide_epoch += 1
+            self._push(t, DECIDE, str(self.decide_epoch))
+        self._enqueue(t)
 
     def _sample(self, t: float) -> None:
         self.result.series.append((t, self.replicas, len(self.members), len(self.ready)))
@@ -419,7 +484,11 @@ class Simulation:
         for _ in range(self.replicas):  # the pool starts full at its initial size
             self._create(0.0, ready=True)
         if self.autoscaled:
-            self._push(0.0, DECIDE)
+            self._push(0.0, DECIDE, "0")
+        for at in cfg.restarts:
+            self._push(at, RESTART)
+        if cfg.never_ready:
+            self._enqueue(0.0)  # the first pass times the not-Ready members' deadlines
         self._push(0.0, SAMPLE)
         arrivals = cfg.trace.arrivals
         i, n = 0, len(arrivals)
@@ -442,8 +511,12 @@ class Simulation:
                     self.ticks.discard(int(data))
                     self._reconcile(t)
                 elif kind == DECIDE:
+                    if data != str(self.decide_epoch):
+                        continue  # a pass of the process before a restart
                     self._decide(t)
-                    self._push(t + cfg.decide_interval, DECIDE)
+                    self._push(t + cfg.decide_interval, DECIDE, data)
+                elif kind == RESTART:
+                    self._restart(t)
                 else:
                     self._sample(t)
                     self._push(t + cfg.sample_every, SAMPLE)
@@ -452,7 +525,7 @@ class Simulation:
         return self.result
 
 
-READY, RECONCILE, DECIDE, SAMPLE = range(4)
+READY, RECONCILE, DECIDE, SAMPLE, RESTART = range(5)
 
 
 def simulate(cfg: Config) -> Result:

@@ -102,6 +102,8 @@ def to_json(trace: Trace, comparisons: Sequence[Comparison]) -> dict[str, Any]:
             "peak_replicas": r.max_replicas,
             "creates": r.creates,
             "deletes": r.deletes,
+            "deletes_before_ready": r.deletes_before_ready,
+            "restarts": r.restarts,
             "plan_calls": r.plan_calls,
             "decisions": r.reasons,
             "runtime_s": r.runtime,

@@ -7,17 +7,20 @@
   5/s (noon), drawn by thinning; dwell 2 min.
 - **steady**: Poisson at a constant rate; dwell 2 min.
 - **csv**: one claim creation time per line (the first column; seconds as a number, or an
-  RFC 3339 timestamp; a header line is skipped), shifted so the first claim is at 0.
+  RFC 3339 timestamp; a header line is skipped), shifted so the first claim is at 0. A path
+  ending in ``.gz`` is read through gzip.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from agentsandbox.api.timefmt import parse_rfc3339
 
@@ -115,9 +118,16 @@ def _seconds(cell: str) -> float:
         return parse_rfc3339(cell).timestamp()
 
 
+def _open_text(path: str | Path) -> TextIO:
+    """The file as text; a path ending in ``.gz`` through gzip."""
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt", newline="")
+    return open(path, newline="")
+
+
 def from_csv(path: str | Path, dwell: float = 120.0, duration: float | None = None) -> Trace:
     times: list[float] = []
-    with open(path, newline="") as fh:
+    with _open_text(path) as fh:
         for i, row in enumerate(csv.reader(fh)):
             if not row or not row[0].strip() or row[0].lstrip().startswith("#"):
                 continue

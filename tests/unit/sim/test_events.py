@@ -1,0 +1,161 @@
+"""The simulator's scenario events (restart, clock skew, never-Ready members), the gzipped CSV
+replay, and the replay command the out-of-sample evaluation runs."""
+
+from __future__ import annotations
+
+import gzip
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from agentsandbox.sim import latency, traces
+from agentsandbox.sim.__main__ import main
+from agentsandbox.sim.engine import EPOCH, Config, Simulation, simulate
+from agentsandbox.sim.report import HEADER
+
+KEY = "sim/pool/pool"
+POOL = "sim/pool"
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """Every create -> Ready takes ``seconds``."""
+
+    seconds: float
+    name: str = "fixed"
+
+    def draw(self, rng: random.Random) -> float:
+        return self.seconds
+
+    def mean(self) -> float:
+        return self.seconds
+
+
+def regular(start: float, stop: float, every: float, duration: float) -> traces.Trace:
+    times: list[float] = []
+    t = start
+    while t < stop:
+        times.append(t)
+        t += every
+    return traces.Trace("regular", times, 120.0, duration)
+
+
+def test_restart_empties_memory_and_forgets_deleted_claims() -> None:
+    # a claim every 10 s from 0 to 590 s, each held 120 s after it is served (Ready in 1 s:
+    # every claim but the first few is warm); the controller restarts at 600.05 s
+    trace = regular(0.0, 600.0, 10.0, 600.1)
+    cfg = Config(trace, Fixed(1.0), warmup=300.0, restarts=(600.05,))
+    sim = Simulation(cfg)
+    result = sim.run()
+    assert result.restarts == 1
+    assert sim.informed is not None
+    # the first pass after the restart: the current size held as a recommendation, and its own
+    assert len(sim.memory.recommendations) == 2
+    assert sim.memory.bursts == []
+    # the relist shows the claims alive at 600.05 s: created after 600.05 - 120 - latency
+    seen = sim.informed.windows.arrivals_for([KEY])
+    assert seen and min(seen) - EPOCH >= 470.0
+    assert sim.memory.first_seen is not None and sim.memory.first_seen >= 470.0
+    # without the restart the window holds every claim of the last 600 s
+    kept = Simulation(Config(trace, Fixed(1.0), warmup=300.0, informed=True))
+    kept.run()
+    assert kept.informed is not None
+    assert len(kept.informed.windows.arrivals_for([KEY])) == len(trace.arrivals)
+    assert len(kept.memory.recommendations) > 2
+
+
+def test_restart_relists_only_the_ready_transitions_within_the_window() -> None:
+    # members Ready 1 s after creation; after the restart the only samples are the members the
+    # relist shows Ready (lastTransitionTime - creationTimestamp), none measured live
+    trace = regular(0.0, 600.0, 10.0, 600.1)
+    sim = Simulation(Config(trace, Fixed(1.0), warmup=300.0, restarts=(600.05,)))
+    sim.run()
+    assert sim.informed is not None
+    samples = sim.informed.windows.refills_for(POOL)
+    assert len(samples) <= len(sim.ready)  # whole seconds, from the relisted Ready members
+    assert all(s in (0.0, 1.0, 2.0) for s in samples)
+
+
+def test_restart_before_the_warmup_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = regular(0.0, 600.0, 10.0, 1200.0)
+    with pytest.raises(ValueError, match="not after the warm-up"):
+        Config(trace, Fixed(1.0), warmup=300.0, restarts=(200.0,))
+    csv = tmp_path / "c.csv"
+    csv.write_text("\n".join(str(t) for t in trace.arrivals))
+    with pytest.raises(SystemExit) as exit_:
+        main(["--csv", str(csv), "--warmup", "300", "--restart-at", "100", "--no-plot"])
+    assert exit_.value.code == 2
+    assert "must fall after the warm-up" in capsys.readouterr().err
+
+
+def test_skew_minus_1_5_with_0_3s_refills_gives_no_refill_sample() -> None:
+    # the controller's first sight is before creationTimestamp (not "live") and the Ready
+    # lastTransitionTime it writes falls before creationTimestamp: source.Windows keeps nothing
+    trace = traces.steady(seed=1, rate=0.5, duration=900)
+    skewed = Simulation(Config(trace, Fixed(0.3), warmup=300.0, skew=-1.5))
+    result = skewed.run()
+    assert skewed.informed is not None
+    assert skewed.informed.windows.refills_for(POOL) == []
+    assert result.reasons == {"NoData": result.decisions}
+    # the same without skew measures every refill
+    plain = Simulation(Config(trace, Fixed(0.3), warmup=300.0, informed=True))
+    plain.run()
+    assert plain.informed is not None
+    measured = plain.informed.windows.refills_for(POOL)
+    assert measured and all(abs(s - 0.3) < 1e-6 for s in measured)
+
+
+def test_skew_shifts_arrivals_to_their_creation_timestamp() -> None:
+    # more than LIVE_SLACK ahead: a claim is timed by its creationTimestamp (whole seconds)
+    trace = regular(0.5, 600.0, 10.0, 600.1)
+    sim = Simulation(Config(trace, Fixed(1.0), warmup=300.0, skew=3.0))
+    sim.run()
+    assert sim.informed is not None
+    seen = [t - EPOCH for t in sim.informed.windows.arrivals_for([KEY])]
+    # the window ends at the controller's now, 3 s ahead: the first claim has left it
+    expected = [t - 0.5 for t in trace.arrivals if t - 0.5 >= 600.1 + 3.0 - 600.0]
+    assert len(expected) == len(trace.arrivals) - 1
+    assert seen == pytest.approx(expected, abs=1e-5)
+
+
+def test_never_ready_serves_no_claim_warm_and_replaces_stuck_members() -> None:
+    trace = traces.steady(seed=2, rate=0.2, duration=1500)
+    result = simulate(Config(trace, latency.LOCAL, warmup=300.0, never_ready=True))
+    assert result.claims_all > 100
+    assert result.warm_all == 0
+    assert result.deletes_before_ready >= 4  # one stuck member replaced every 300 s
+    static = simulate(Config(trace, latency.LOCAL, static=5, warmup=300.0, never_ready=True))
+    assert static.warm_all == 0
+    assert all(ready == 0 for _, _, _, ready in static.series)
+
+
+def test_gzipped_csv_reads_the_same_as_plain(tmp_path: Path) -> None:
+    text = "created\n" + "".join(f"{t + 100:.3f}\n" for t in (0.0, 1.5, 1.5, 7.25))
+    plain = tmp_path / "c.csv"
+    plain.write_text(text)
+    packed = tmp_path / "c.csv.gz"
+    packed.write_bytes(gzip.compress(text.encode()))
+    a, b = traces.from_csv(plain), traces.from_csv(packed)
+    assert a.arrivals == b.arrivals == [0.0, 1.5, 1.5, 7.25]
+    assert a.duration == b.duration
+
+
+def test_replay_command_with_the_evaluation_flags_prints_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = traces.steady(seed=5, rate=0.1, duration=900)
+    csv = tmp_path / "c.csv"
+    csv.write_text("\n".join(f"{t:.3f}" for t in trace.arrivals))
+    out = tmp_path / "out"
+    argv = ["--csv", str(csv), "--latency", "both", "--hours", "0.25", "--target", "0.9"]
+    argv += ["--warmup", "200", "--no-plot", "--out", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert HEADER in text
+    assert "| local | autoscaled |" in text and "| lognormal 90s | autoscaled |" in text
+    assert "figures after a 3.33333 min warm-up" in text
+    assert (out / "csv-c.csv.json").exists() and not (out / "csv-c.csv.png").exists()
