@@ -624,6 +624,10 @@ class _Watch:
         self.live: dict[str, str] = {}  # uid -> resourceVersion of every object now
         self.task: asyncio.Task[None] | None = None
         self.behind_since: float | None = None
+        # for the message of a catch-up that timed out
+        self.reopened = 0
+        self.errors: list[str] = []  # the last few errors of the watch, newest last
+        self.diff = ""
 
     @property
     def what(self) -> str:
@@ -653,15 +657,36 @@ class _Watch:
                                 self.history._record(self, ev.type, ev.object)
                             self.rv = stream.resource_version or self.rv
                 except Gone as err:
+                    self._error(err)
                     self.history.gaps.append(f"{self.what} from rv {self.rv} ({err})")
                     await self._reachable()
                     await self._list()
-                except (ApiConnectionError, ApiError):
+                except (ApiConnectionError, ApiError) as err:
+                    self._error(err)
                     errors += 1
                     await self._reachable()
             self.history.gaps.append(f"{self.what}: the watch kept failing from rv {self.rv}")
         except AssertionError as err:  # the API unreachable for two minutes
             self.history.gaps.append(f"{self.what} from rv {self.rv}: {err}")
+
+    def _error(self, err: BaseException) -> None:
+        self.errors = [*self.errors[-4:], f"rv {self.rv}: {type(err).__name__}: {err}"[:300]]
+
+    def state(self) -> str:
+        """What a catch-up that timed out reports: how far behind, and what the watch met."""
+        task = self.task
+        if task is None:
+            ran = "never started"
+        elif not task.done():
+            ran = "running"
+        elif task.cancelled():
+            ran = "cancelled"
+        else:
+            ran = f"ended ({task.exception()!r})"
+        return (
+            f"watch from rv {self.rv} {ran}, reopened {self.reopened} times; differs from the "
+            f"LIST in {self.diff}; last errors: {self.errors or 'none'}"
+        )
 
     async def _reachable(self) -> None:
         await eventually(
@@ -681,12 +706,20 @@ class _Watch:
         if now == self.live:
             self.behind_since = None
             return True
+        missing = [u for u in now if self.live.get(u) != now[u]]
+        extra = [u for u in self.live if u not in now]
+        self.diff = (
+            f"{len(missing)} objects missing or older (e.g. "
+            f"{[(u, self.live.get(u), now[u]) for u in missing[:2]]}), {len(extra)} deleted"
+            f" in the LIST at rv {listed.resource_version}"
+        )
         # a stream that stalled without a word (seen after an etcd compaction) is reopened
         # from the last resourceVersion it delivered: resumed, or a 410 and so a gap. The task
         # reading it is restarted (closing the stream alone may leave a read waiting)
         started = self.behind_since = self.behind_since or time.monotonic()
         if time.monotonic() - started > STALLED:
             self.behind_since = None
+            self.reopened += 1
             await self.stop()
             self.task = asyncio.create_task(self._run(), name=f"history {self.what}")
         return False
@@ -806,7 +839,9 @@ class SandboxHistory:
             await eventually(
                 watch.caught_up,
                 within=within,
-                what=f"the history of {watch.what} to catch up with a LIST",
+                what=lambda w=watch: (
+                    f"the history of {w.what} to catch up with a LIST: {w.state()}"
+                ),
                 interval=0.05,
             )
         if self.audit is not None and self.audit.exists():
