@@ -267,3 +267,33 @@ def test_a_template_coming_back_requeues_its_pools_members_without_scanning_ever
     templates.put(t)
     assert sorted(watches.queue.names(key)) == sorted(m["metadata"]["name"] for m in members)
     assert scanning.scans == 0, "a template add scanned every sandbox"
+
+
+# ------------------------------------------------------------------------------------ freed names
+def test_a_foreign_same_name_sandbox_deleted_re_queues_the_claim_waiting_for_its_name() -> None:
+    """security review #9, the other half: a claim whose cold sandbox's name is held by
+    someone else's Sandbox (being deleted) is retried with backoff; once that Sandbox is gone,
+    its deletion re-queues the claim of that name at once, whatever the backoff has grown to.
+    A foreign sandbox of another name, or one whose claim is already served, re-queues
+    nothing."""
+    host, controller = wired()
+    _put(host, SANDBOX_CLAIMS, claim_v1beta1("x"))
+    served = claim_v1beta1("served")
+    served["status"] = {"sandbox": {"name": "served"}}
+    _put(host, SANDBOX_CLAIMS, served)
+    waiting(controller)
+    foreign = {
+        "apiVersion": "agents.x-k8s.io/v1beta1",
+        "kind": "Sandbox",
+        "metadata": {"name": "x", "deletionTimestamp": "2027-01-01T00:00:00Z"},
+        "spec": {},
+    }
+    held = _put(host, SANDBOXES, foreign)
+    other = _put(host, SANDBOXES, {**foreign, "metadata": {"name": "y"}})
+    old = _put(host, SANDBOXES, {**foreign, "metadata": {"name": "served"}})
+    waiting(controller)
+    host.informers[SANDBOXES].remove(other)
+    host.informers[SANDBOXES].remove(old)
+    assert waiting(controller) == set(), "a deletion re-queued a claim not waiting for it"
+    host.informers[SANDBOXES].remove(held)
+    assert waiting(controller) == {Request(NS, "x")}, "the freed name re-queued no claim"
