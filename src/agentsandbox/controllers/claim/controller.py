@@ -134,6 +134,7 @@ class ClaimReconciler:
         self.queue = self.watches.queue
         self.claims_for_pool = self.watches.claims_for_pool
         self.claims_for_template = self.watches.claims_for_template
+        self.claim_for_freed_name = self.watches.claim_for_freed_name
 
     # ---------------------------------------------------------------- reconcile
     @tracing.reconcile_span
@@ -436,6 +437,14 @@ def _bounded(err: Exception, left: float | None) -> Exception:
     return err
 
 
+def _never(_obj: KubeObject) -> bool:
+    return False
+
+
+def _never_changed(_old: KubeObject, _new: KubeObject) -> bool:
+    return False
+
+
 def setup(
     mgr: Manager,
     workers: int = 1,
@@ -485,6 +494,12 @@ def setup(
             predicates=[GenerationChangedPredicate()],
         )
         .watches(SANDBOX_TEMPLATES, reconciler.claims_for_template)
+        # a Sandbox's deletion frees its name for the claim of that name (a cold create)
+        .watches(
+            SANDBOXES,
+            reconciler.claim_for_freed_name,
+            predicates=[PredicateFuncs(on_create=_never, on_update=_never_changed)],
+        )
         .workers(workers)
         .complete(reconciler)
     )

@@ -141,6 +141,15 @@ class ClaimWatches:
             if unbound(c)
         ]
 
+    def claim_for_freed_name(self, sb: KubeObject) -> list[Request]:
+        """A Sandbox gone: the claim of the same name, if it waits for a sandbox. A cold
+        sandbox takes its claim's name, so a same-name Sandbox of someone else (held
+        Terminating, say) keeps the claim retrying with backoff; its deletion is the event the
+        claim waits for, whatever the backoff has grown to."""
+        meta = sb["metadata"]
+        claim = self.claims.get(meta["name"], meta.get("namespace", ""))
+        return [Request.from_object(claim)] if claim is not None and unbound(claim) else []
+
     def claims_for_template(self, template: KubeObject) -> list[Request]:
         meta = template["metadata"]
         ns = meta.get("namespace", "")
