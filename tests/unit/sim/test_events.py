@@ -109,6 +109,26 @@ def test_skew_minus_1_5_with_0_3s_refills_gives_no_refill_sample() -> None:
     assert measured and all(abs(s - 0.3) < 1e-6 for s in measured)
 
 
+@pytest.mark.parametrize("skew", [3.0, -3.0])
+def test_skew_leaves_the_refill_samples_and_the_pool_size_as_without(skew: float) -> None:
+    """Autoscaler review finding 11: a controller clock 3 s off the API server's, steady
+    traffic and the local refills: the windows measure the refills as without skew, and the
+    autoscaled pool is the same size."""
+    trace = traces.steady(seed=3, rate=0.5, duration=1800)
+    plain = Simulation(Config(trace, latency.LOCAL, warmup=600.0, informed=True))
+    expected = plain.run()
+    skewed = Simulation(Config(trace, latency.LOCAL, warmup=600.0, skew=skew))
+    result = skewed.run()
+    assert plain.informed is not None and skewed.informed is not None
+    baseline = plain.informed.windows.refills_for(POOL)
+    measured = skewed.informed.windows.refills_for(POOL)
+    assert len(baseline) > 100
+    assert len(measured) == pytest.approx(len(baseline), abs=3)  # the window ends skew later
+    assert sum(measured) / len(measured) == pytest.approx(sum(baseline) / len(baseline), abs=0.02)
+    assert result.mean_pool == pytest.approx(expected.mean_pool, abs=0.25)
+    assert result.max_replicas == expected.max_replicas
+
+
 def test_skew_shifts_arrivals_to_their_creation_timestamp() -> None:
     # more than LIVE_SLACK ahead: a claim is timed by its creationTimestamp (whole seconds)
     trace = regular(0.5, 600.0, 10.0, 600.1)
