@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from agentsandbox.controllers.autoscaler.plan import Policy
 from agentsandbox.sim import latency, traces
 from agentsandbox.sim.__main__ import main
 from agentsandbox.sim.engine import EPOCH, Config, Simulation, simulate
@@ -142,6 +143,18 @@ def test_skew_shifts_arrivals_to_their_creation_timestamp() -> None:
     expected = [t - 0.5 for t in trace.arrivals if t - 0.5 >= 600.1 + 3.0 - 600.0]
     assert len(expected) == len(trace.arrivals) - 1
     assert seen == pytest.approx(expected, abs=1e-5)
+
+
+def test_min_replicas_0_on_sparse_traffic_serves_claims_warm_after_the_warmup() -> None:
+    """Autoscaler review finding 4: a pool autoscaled from minReplicas 0 on sparse claims (the
+    sparse-min-0 scenarios: Poisson 0.01-0.02/s) bootstraps a sandbox, measures its refill and
+    serves claims warm after the warm-up (it stayed at 0, every claim cold)."""
+    trace = traces.steady(seed=4, rate=0.02, duration=7200)
+    policy = Policy(min_replicas=0, max_replicas=2000, target_warm_share=0.99)
+    result = simulate(Config(trace, latency.LOCAL, policy=policy, warmup=3600.0))
+    assert result.claims > 40
+    assert result.warm_share > 0.5
+    assert result.creates >= 1
 
 
 def test_never_ready_serves_no_claim_warm_and_replaces_stuck_members() -> None:
