@@ -27,6 +27,11 @@ class FakeInformer:
     def __init__(self) -> None:
         self.store = Store()
         self.handlers: list[tuple[Any, Any, Any]] = []
+        self.listing = False  # the events pushed come from a (re)list
+
+    def list_pending_since(self) -> float | None:
+        """Like the informer's: not None while a list is being handed to the handlers."""
+        return 0.0 if self.listing else None
 
     def add_index(self, name: str, fn: Any) -> None:
         self.store.add_index(name, fn)

@@ -5,9 +5,12 @@ By default the simulator hands ``decide()`` the exact claim times and create -> 
 own :class:`~agentsandbox.controllers.autoscaler.source.Windows` the objects an informer would
 show, as the handlers of :mod:`agentsandbox.controllers.autoscaler.handlers` do:
 
-- the controller's clock is the API server's plus ``skew`` seconds; ``creationTimestamp`` is the
-  API server's time, whole seconds; a Ready condition's ``lastTransitionTime`` is written by the
-  sandbox controller (the same process as the autoscaler): the controller's clock, whole seconds;
+- the controller's clock is the API server's plus ``skew`` seconds (its monotonic clock is the
+  same, a constant offset away); ``creationTimestamp`` is the API server's time, whole seconds;
+  a Ready condition's ``lastTransitionTime`` is written by the sandbox controller (the same
+  process as the autoscaler): the controller's clock, whole seconds. The refill samples are
+  timed on the controller's clock alone (watch event to watch event), the arrivals still compare
+  it with ``creationTimestamp``;
 - a claim is seen when it is created (``claim_added``), a pool member when it is created
   (``sandbox_added``, not Ready), when it turns Ready (``sandbox_updated``) and when it is deleted
   (``sandbox_deleted``); a member adopted by a claim leaves the pool (its controller reference
@@ -16,10 +19,12 @@ show, as the handlers of :mod:`agentsandbox.controllers.autoscaler.handlers` do:
   first pass holds the current size as a recommendation (``AutoscalerMemory.seeded``). The new
   process's informers list what exists: the claims still alive (a claim lives until its dwell
   after it was served; deleted ones are gone), then the pool's members, Ready or not, each
-  given to the handlers as an ADDED event at the restart.
+  given to the handlers as an ADDED event of the list at the restart (``listed``: they give no
+  refill sample, not even those that turn Ready later).
 
 The pool's members that exist at the start of a run became Ready long before it (their
-``lastTransitionTime`` is a day earlier): they give no refill sample, as in the default view.
+``lastTransitionTime`` is a day earlier) and are not shown to the windows: they give no refill
+sample, as in the default view.
 """
 
 from __future__ import annotations
@@ -136,7 +141,7 @@ class Informed:
             if created <= t < deleted:
                 self.windows.claim_added(self._claim(uid, created))
         for sb in members:
-            self.windows.sandbox_added(sb)
+            self.windows.sandbox_added(sb, listed=True)
 
     # ------------------------------------------------------------------ the pass
     def observe(self, t: float, replicas: int) -> Observation:

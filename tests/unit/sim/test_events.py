@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from agentsandbox.controllers.autoscaler.plan import Policy
 from agentsandbox.sim import latency, traces
 from agentsandbox.sim.__main__ import main
 from agentsandbox.sim.engine import EPOCH, Config, Simulation, simulate
@@ -51,8 +52,10 @@ def test_restart_empties_memory_and_forgets_deleted_claims() -> None:
     result = sim.run()
     assert result.restarts == 1
     assert sim.informed is not None
-    # the first pass after the restart: the current size held as a recommendation, and its own
-    assert len(sim.memory.recommendations) == 2
+    # the first pass after the restart: the current size held as a recommendation; no refill
+    # sample yet (the relisted members are not measured), so no recommendation of its own
+    assert len(sim.memory.recommendations) == 1
+    assert sim.memory.refill_mean is None
     assert sim.memory.bursts == []
     # the relist shows the claims alive at 600.05 s: created after 600.05 - 120 - latency
     seen = sim.informed.windows.arrivals_for([KEY])
@@ -66,16 +69,18 @@ def test_restart_empties_memory_and_forgets_deleted_claims() -> None:
     assert len(kept.memory.recommendations) > 2
 
 
-def test_restart_relists_only_the_ready_transitions_within_the_window() -> None:
-    # members Ready 1 s after creation; after the restart the only samples are the members the
-    # relist shows Ready (lastTransitionTime - creationTimestamp), none measured live
-    trace = regular(0.0, 600.0, 10.0, 600.1)
+def test_after_a_restart_only_members_created_since_are_measured() -> None:
+    # members Ready 1 s after creation; the relist at the restart shows members the new process
+    # did not see created: they give no sample. Those created after it are timed on the
+    # controller's clock: 1 s exactly, not whole seconds of timestamps
+    trace = regular(0.0, 900.0, 10.0, 900.1)
     sim = Simulation(Config(trace, Fixed(1.0), warmup=300.0, restarts=(600.05,)))
     sim.run()
     assert sim.informed is not None
-    samples = sim.informed.windows.refills_for(POOL)
-    assert len(samples) <= len(sim.ready)  # whole seconds, from the relisted Ready members
-    assert all(s in (0.0, 1.0, 2.0) for s in samples)
+    after = sim.informed.windows.refills[POOL]
+    assert len(after) >= 25  # a replacement for each claim since the restart
+    assert all(when - EPOCH > 600.05 for when, _ in after)
+    assert [s for _, s in after] == pytest.approx([1.0] * len(after))
 
 
 def test_restart_before_the_warmup_is_refused(
@@ -92,21 +97,39 @@ def test_restart_before_the_warmup_is_refused(
     assert "must fall after the warm-up" in capsys.readouterr().err
 
 
-def test_skew_minus_1_5_with_0_3s_refills_gives_no_refill_sample() -> None:
-    # the controller's first sight is before creationTimestamp (not "live") and the Ready
-    # lastTransitionTime it writes falls before creationTimestamp: source.Windows keeps nothing
+def test_skew_minus_1_5_with_0_3s_refills_measures_every_refill() -> None:
+    # the controller's clock 1.5 s behind the API server's: the refills are timed on the
+    # controller's clock alone (watch event to watch event), as without skew
     trace = traces.steady(seed=1, rate=0.5, duration=900)
     skewed = Simulation(Config(trace, Fixed(0.3), warmup=300.0, skew=-1.5))
     result = skewed.run()
-    assert skewed.informed is not None
-    assert skewed.informed.windows.refills_for(POOL) == []
-    assert result.reasons == {"NoData": result.decisions}
-    # the same without skew measures every refill
     plain = Simulation(Config(trace, Fixed(0.3), warmup=300.0, informed=True))
     plain.run()
-    assert plain.informed is not None
-    measured = plain.informed.windows.refills_for(POOL)
+    assert skewed.informed is not None and plain.informed is not None
+    measured = skewed.informed.windows.refills_for(POOL)
     assert measured and all(abs(s - 0.3) < 1e-6 for s in measured)
+    assert len(measured) == len(plain.informed.windows.refills_for(POOL))
+    assert result.reasons.get("NoData", 0) <= 1
+
+
+@pytest.mark.parametrize("skew", [3.0, -3.0])
+def test_skew_leaves_the_refill_samples_and_the_pool_size_as_without(skew: float) -> None:
+    """Autoscaler review finding 11: a controller clock 3 s off the API server's, steady
+    traffic and the local refills: the windows measure the refills as without skew, and the
+    autoscaled pool is the same size."""
+    trace = traces.steady(seed=3, rate=0.5, duration=1800)
+    plain = Simulation(Config(trace, latency.LOCAL, warmup=600.0, informed=True))
+    expected = plain.run()
+    skewed = Simulation(Config(trace, latency.LOCAL, warmup=600.0, skew=skew))
+    result = skewed.run()
+    assert plain.informed is not None and skewed.informed is not None
+    baseline = plain.informed.windows.refills_for(POOL)
+    measured = skewed.informed.windows.refills_for(POOL)
+    assert len(baseline) > 100
+    assert len(measured) == pytest.approx(len(baseline), abs=3)  # the window ends skew later
+    assert sum(measured) / len(measured) == pytest.approx(sum(baseline) / len(baseline), abs=0.02)
+    assert result.mean_pool == pytest.approx(expected.mean_pool, abs=0.25)
+    assert result.max_replicas == expected.max_replicas
 
 
 def test_skew_shifts_arrivals_to_their_creation_timestamp() -> None:
@@ -120,6 +143,18 @@ def test_skew_shifts_arrivals_to_their_creation_timestamp() -> None:
     expected = [t - 0.5 for t in trace.arrivals if t - 0.5 >= 600.1 + 3.0 - 600.0]
     assert len(expected) == len(trace.arrivals) - 1
     assert seen == pytest.approx(expected, abs=1e-5)
+
+
+def test_min_replicas_0_on_sparse_traffic_serves_claims_warm_after_the_warmup() -> None:
+    """Autoscaler review finding 4: a pool autoscaled from minReplicas 0 on sparse claims (the
+    sparse-min-0 scenarios: Poisson 0.01-0.02/s) bootstraps a sandbox, measures its refill and
+    serves claims warm after the warm-up (it stayed at 0, every claim cold)."""
+    trace = traces.steady(seed=4, rate=0.02, duration=7200)
+    policy = Policy(min_replicas=0, max_replicas=2000, target_warm_share=0.99)
+    result = simulate(Config(trace, latency.LOCAL, policy=policy, warmup=3600.0))
+    assert result.claims > 40
+    assert result.warm_share > 0.5
+    assert result.creates >= 1
 
 
 def test_never_ready_serves_no_claim_warm_and_replaces_stuck_members() -> None:

@@ -11,9 +11,13 @@ into windows kept in memory (a restart refills them from the objects' timestamps
   claim that sets ``env``, ``volumeClaimTemplates`` or ``additionalPodMetadata`` (those are
   always served cold). Its time is when this process first saw it, if that is within 2 s of its
   ``creationTimestamp`` (which has whole seconds only), else the ``creationTimestamp``;
-- a *refill time* is a pool-controlled sandbox's create -> Ready: from this process's first sight
-  of it to the event showing it Ready when both were seen live, else ``creationTimestamp`` ->
-  the Ready condition's ``lastTransitionTime``.
+- a *refill time* is a pool-controlled sandbox's create -> Ready, on this process's monotonic
+  clock: from the watch event that first shows it (not Ready) to the watch event showing it
+  Ready. A member not seen so (listed at start or by a relist after a watch gap, or its Ready
+  transition shown by a relist) gives no sample: ``creationTimestamp`` is the API server's
+  clock and the Ready condition's ``lastTransitionTime`` the sandbox controller's, and a skew
+  between them would bias the sample or drop it. After a restart the decision is ``NoData``
+  (holding the current size) until the first member created since is Ready.
 
 Each pass reads the target's ``/scale``, decides, applies the other-writer rule, writes
 ``/scale`` if allowed, then the status; Events on every size change and writer conflict. Passes
@@ -141,6 +145,7 @@ class AutoscalerReconciler:
         recorder: EventRecorder | None,
         settings: Settings | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.writer = writer
         self.autoscalers = autoscalers
@@ -148,7 +153,11 @@ class AutoscalerReconciler:
         self.recorder = recorder
         self.settings = settings or Settings()
         self.clock = clock
-        self.windows = Windows(self.settings.rate_window, clock)
+        # refill times on a monotonic clock: time.monotonic with the real wall clock, else the
+        # injected one (tests move one clock)
+        if monotonic is None:
+            monotonic = time.monotonic if clock is time.time else clock
+        self.windows = Windows(self.settings.rate_window, clock, monotonic)
         self._memory: dict[str, AutoscalerMemory] = {}
         # the indexes, the claim and sandbox handlers feeding the windows, the pool mapping
         self.watches = AutoscalerWatches(self.windows, autoscalers, claims, sandboxes, pools)

@@ -46,13 +46,18 @@ class AutoscalerWatches:
         self.windows = windows
         self.autoscalers = autoscalers
         self.pools = pools
+        self.sandboxes = sandboxes
         self.enqueue: Callable[[Request], None] | None = None  # set by setup()
         autoscalers.add_index(TARGET_INDEX, target_index)
         pools.add_index(POOL_TEMPLATE_INDEX, pool_template_index)
         claims.add_handler(self._on_claim, None, None)
-        sandboxes.add_handler(
-            self._on_sandbox_add, self._on_sandbox_update, self.windows.sandbox_deleted
-        )
+        self._replaying = True  # add_handler hands over the cached sandboxes: not seen created
+        try:
+            sandboxes.add_handler(
+                self._on_sandbox_add, self._on_sandbox_update, self.windows.sandbox_deleted
+            )
+        finally:
+            self._replaying = False
 
     # ---------------------------------------------------------------- recording + mapping
     def _on_claim(self, claim: KubeObject) -> None:
@@ -61,11 +66,16 @@ class AutoscalerWatches:
             for req in self._requests_for_keys(keys):
                 self.enqueue(req)
 
+    def _listed(self) -> bool:
+        """The sandbox event comes from a (re)list or the replay of the cache, not the watch:
+        when this process sees it is not when it happened."""
+        return self._replaying or self.sandboxes.list_pending_since() is not None
+
     def _on_sandbox_add(self, sb: KubeObject) -> None:
-        self._poke(self.windows.sandbox_added(sb))
+        self._poke(self.windows.sandbox_added(sb, listed=self._listed()))
 
     def _on_sandbox_update(self, old: KubeObject, new: KubeObject) -> None:
-        self._poke(self.windows.sandbox_updated(old, new))
+        self._poke(self.windows.sandbox_updated(old, new, listed=self._listed()))
 
     def _poke(self, pool: str | None) -> None:
         if pool is not None and self.enqueue is not None:

@@ -27,6 +27,10 @@ are remembered across decisions (:class:`Memory`). From them the decision learns
   can wait for the slower creates) plus the decision cadence;
 - for bursts that do not recur regularly the headroom is held all the time (nothing to predict).
 
+**No refill time yet.** The decision is ``NoData`` and keeps the current size (within min..max),
+except a pool at 0 with claims arriving: it gets ``max(minReplicas, 1)`` (``Bootstrap``), as a
+pool that creates nothing never gives a refill sample.
+
 **Stabilisation.** Up at once; down only to the highest base recommendation of the last
 ``scale_down_window`` seconds (HPA's rule). The learned burst schedule is a forecast, not noise,
 so it is not stabilised: its headroom comes at the predicted time and goes as the burst is served.
@@ -50,6 +54,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 REASON_NO_DATA = "NoData"
+REASON_BOOTSTRAP = "Bootstrap"
 REASON_SCALED_UP = "ScaledUp"
 REASON_SCALED_DOWN = "ScaledDown"
 REASON_HOLDING = "HoldingForWindow"
@@ -268,6 +273,21 @@ def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         memory.refill_sorted = sorted(obs.refill_seconds)
     if memory.refill_mean is None or memory.refill_p99 is None:
         keep = min(max(current, lo), hi)
+        boot = min(max(lo, 1), hi)
+        if keep == 0 and obs.arrivals and boot > 0:
+            # a pool at 0 never creates, so never gives a refill sample: one sandbox, so that
+            # one can be measured (minReplicas 0 would otherwise stay at 0, every claim cold)
+            return Decision(
+                replicas=boot,
+                reason=REASON_BOOTSTRAP,
+                message=(
+                    f"no refill time measured yet and {len(obs.arrivals)} claims seen at 0 "
+                    f"replicas: bootstrap to {boot} so that a refill can be measured"
+                ),
+                arrival_rate=0.0,
+                refill_time=0.0,
+                predicted_warm_share=0.0,
+            )
         return Decision(
             replicas=keep,
             reason=REASON_NO_DATA,

@@ -1,13 +1,14 @@
 """The SandboxWarmPoolAutoscaler's observations: claim arrivals and pool refill times, recorded
 by informer handlers into in-memory windows (see :mod:`.controller` for what counts as an arrival
-and as a refill time). A restart refills the windows from the objects' timestamps."""
+and as a refill time). A restart refills the arrival window from the claims' timestamps; refill
+times are measured again from the members created after it."""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from agentsandbox.api.conditions import find_condition, is_sandbox_ready
+from agentsandbox.api.conditions import is_sandbox_ready
 from agentsandbox.api.kinds import SANDBOX_WARM_POOL
 from agentsandbox.api.owners import controller_of
 from agentsandbox.api.timefmt import parse_rfc3339
@@ -58,15 +59,31 @@ def _pool_of(sb: KubeObject) -> str | None:
 
 class Windows:
     """Claim arrivals by pool/template key and refill samples by pool, within a time window.
-    Fed by informer handlers; read by the passes."""
+    Fed by informer handlers; read by the passes.
 
-    def __init__(self, window: float, clock: Callable[[], float]) -> None:
+    ``clock`` is the controller's wall clock (the window's horizon, arrival times); a refill is
+    timed on ``monotonic`` (``clock`` if none is given) from this process's first sight of a
+    pool member (an ADDED event from the watch) to the watch event showing it Ready. Both ends
+    are the controller's own, so a controller clock off the API server's changes nothing. A
+    member this process did not see created — listed at start, replayed to a handler added
+    late, or added or turned Ready by a relist after a watch gap (``listed``) — gives no
+    sample: its only other times are ``creationTimestamp`` (the API server's clock) and the
+    Ready condition's ``lastTransitionTime`` (the sandbox controller's clock), never both on
+    one clock."""
+
+    def __init__(
+        self,
+        window: float,
+        clock: Callable[[], float],
+        monotonic: Callable[[], float] | None = None,
+    ) -> None:
         self.window = window
         self.clock = clock
+        self.monotonic = monotonic or clock
         self.arrivals: dict[str, dict[str, float]] = {}  # key -> claim uid -> time
         self.refills: dict[str, deque[tuple[float, float]]] = {}  # pool -> (when, seconds)
-        self._first_seen: dict[str, float] = {}  # sandbox uid -> first sight (not Ready yet)
-        self._sampled: set[str] = set()  # sandbox uids already measured
+        self._first_seen: dict[str, float] = {}  # sandbox uid -> live first sight (monotonic)
+        self._sampled: set[str] = set()  # sandbox uids already measured (or never to be)
 
     # ------------------------------------------------------------------ claims
     def claim_added(self, claim: KubeObject) -> list[str]:
@@ -106,51 +123,42 @@ class Windows:
         return sorted(out.values())
 
     # ------------------------------------------------------------------ sandboxes
-    def sandbox_added(self, sb: KubeObject) -> str | None:
-        pool = _pool_of(sb)
-        if pool is None:
+    def sandbox_added(self, sb: KubeObject, *, listed: bool = False) -> str | None:
+        """A sandbox the informer shows for the first time; ``listed``: by a (re)list or a
+        replay of the cache, not by a watch event as it was created."""
+        if _pool_of(sb) is None:
             return None
         uid = str(sb["metadata"].get("uid", ""))
-        if is_sandbox_ready(sb):
-            return self._sample(sb, pool, uid, live=False)
-        self._first_seen.setdefault(uid, self.clock())
+        if listed or is_sandbox_ready(sb):
+            self._sampled.add(uid)  # not seen created: never measured
+            self._first_seen.pop(uid, None)
+        elif uid not in self._sampled:
+            self._first_seen.setdefault(uid, self.monotonic())
         return None
 
-    def sandbox_updated(self, old: KubeObject, new: KubeObject) -> str | None:
+    def sandbox_updated(
+        self, old: KubeObject, new: KubeObject, *, listed: bool = False
+    ) -> str | None:
+        """``listed``: the change shown by a relist (it happened some time before)."""
         if not is_sandbox_ready(new) or is_sandbox_ready(old):
             return None
         pool = _pool_of(new)
         if pool is None:
             return None
-        return self._sample(new, pool, str(new["metadata"].get("uid", "")), live=True)
+        uid = str(new["metadata"].get("uid", ""))
+        first = self._first_seen.pop(uid, None)
+        if listed or first is None or uid in self._sampled:
+            self._sampled.add(uid)
+            return None
+        self._sampled.add(uid)
+        samples = self.refills.setdefault(pool, deque(maxlen=MAX_REFILL_SAMPLES))
+        samples.append((self.clock(), self.monotonic() - first))
+        return pool
 
     def sandbox_deleted(self, sb: KubeObject) -> None:
         uid = str((sb.get("metadata") or {}).get("uid", ""))
         self._first_seen.pop(uid, None)
         self._sampled.discard(uid)
-
-    def _sample(self, sb: KubeObject, pool: str, uid: str, *, live: bool) -> str | None:
-        if uid in self._sampled:
-            return None
-        self._sampled.add(uid)
-        now = self.clock()
-        meta = sb["metadata"]
-        created = _ts(meta.get("creationTimestamp"))
-        first = self._first_seen.pop(uid, None)
-        seconds: float | None = None
-        when = now
-        if live and first is not None and created is not None and 0 <= first - created < LIVE_SLACK:
-            seconds = now - first
-        else:
-            cond = find_condition((sb.get("status") or {}).get("conditions"), "Ready")
-            ready = _ts((cond or {}).get("lastTransitionTime"))
-            if ready is not None and created is not None and ready >= created:
-                seconds, when = ready - created, ready
-        if seconds is None or when < now - self.window:
-            return None
-        samples = self.refills.setdefault(pool, deque(maxlen=MAX_REFILL_SAMPLES))
-        samples.append((when, seconds))
-        return pool
 
     def refills_for(self, pool: str) -> list[float]:
         samples = self.refills.get(pool)

@@ -179,33 +179,35 @@ def test_a_sandbox_of_no_pool_is_not_sampled() -> None:
 
 
 # ------------------------------------------------------------------------------ windows
-def test_a_sandbox_seen_ready_at_once_is_timed_from_its_condition() -> None:
-    """A relist (or a restart) sees it Ready already: the refill time is its Ready condition's
-    lastTransitionTime minus its creationTimestamp, both from the API server."""
+def test_a_sandbox_seen_ready_at_once_gives_no_sample() -> None:
+    """A relist (or a restart) sees it Ready already: this process did not see it created, and
+    its Ready condition's lastTransitionTime (the sandbox controller's clock) and its
+    creationTimestamp (the API server's) are not on one clock: no sample."""
     r = Rig()
     r.clock.now = T0 + 30
     r.windows.sandbox_added(pool_sandbox("s1", ready_at="2027-01-15T08:00:04Z"))
-    assert r.windows.refills_for(f"{NS}/p") == [4.0]
-    r.windows.sandbox_added(pool_sandbox("s1", ready_at="2027-01-15T08:00:04Z"))  # once
-    assert r.windows.refills_for(f"{NS}/p") == [4.0]
-
-
-def test_a_sample_that_cannot_be_timed_or_is_out_of_the_window_is_dropped() -> None:
-    r = Rig()
-    r.clock.now = T0 + 600
-    r.windows.sandbox_added(pool_sandbox("old", ready_at="2027-01-15T08:00:04Z"))  # 10 min ago
-    r.windows.sandbox_added(pool_sandbox("bad", ready_at="not a time"))
-    r.windows.sandbox_added(pool_sandbox("before", ready_at="2027-01-15T07:59:00Z"))
     assert r.windows.refills_for(f"{NS}/p") == []
 
 
-def test_a_deleted_sandbox_is_forgotten_and_a_first_sight_long_after_creation_is_not_live() -> None:
+def test_a_sample_out_of_the_window_is_dropped_and_timestamps_do_not_matter() -> None:
     r = Rig()
-    r.clock.now = T0 + 10  # first seen 10 s after its creation (we were down): not live
+    r.sandboxes.put(pool_sandbox("s1", created="not a time"))  # seen live: our clock counts
+    r.clock.now += 2.0
+    r.sandboxes.put(pool_sandbox("s1", created="not a time", ready_at="2027-01-15T07:59:00Z"))
+    assert r.windows.refills_for(f"{NS}/p") == [2.0]
+    r.clock.now += 60.5  # the window is 60 s
+    assert r.windows.refills_for(f"{NS}/p") == []
+
+
+def test_a_deleted_sandbox_is_forgotten_and_a_first_sight_by_a_list_is_not_live() -> None:
+    r = Rig()
+    r.clock.now = T0 + 10  # first seen by a list 10 s after its creation (we were down)
+    r.sandboxes.listing = True
     r.sandboxes.put(pool_sandbox("s1"))
+    r.sandboxes.listing = False
     r.clock.now = T0 + 12
     r.sandboxes.put(pool_sandbox("s1", ready_at="2027-01-15T08:00:11Z"))
-    assert r.windows.refills_for(f"{NS}/p") == [11.0]  # from the condition, not our clock
+    assert r.windows.refills_for(f"{NS}/p") == []  # not measured: its creation was not seen
     r.sandboxes.remove(pool_sandbox("s1"))
     assert "s1" not in r.windows._sampled and "s1" not in r.windows._first_seen
 

@@ -128,6 +128,25 @@ def test_no_data_keeps_current_within_bounds() -> None:
         assert (d.replicas, d.reason) == (kept, REASON_NO_DATA)
 
 
+def test_claims_with_no_refill_time_at_zero_replicas_bootstrap_one_sandbox() -> None:
+    """Autoscaler review finding 4: with minReplicas 0, a pool at 0 never creates, so never
+    gives a refill sample; claims arriving with none measured scale it to max(minReplicas, 1)
+    so that one can be measured, every pass until one is, and say so."""
+    zero = Policy(min_replicas=0, max_replicas=20, target_warm_share=0.99)
+    memory = Memory()
+    for now in range(600, 3600, 15):  # 2 claims/s for 50 minutes, no refill sample
+        d = decide(Observation(float(now), even(2.0, float(now)), [], 0), zero, memory)
+        assert d.replicas == 1
+        assert d.reason == "Bootstrap"
+        assert "bootstrap" in d.message and "no refill time" in d.message
+    # no claims: nothing to bootstrap for
+    idle = decide(Observation(3600.0, [], [], 0), zero, Memory())
+    assert (idle.replicas, idle.reason) == (0, REASON_NO_DATA)
+    # a pool already above 0 is kept as it is (it refills, so it will be measured)
+    kept = decide(Observation(3600.0, even(2.0, 3600.0), [], 4), zero, Memory())
+    assert (kept.replicas, kept.reason) == (4, REASON_NO_DATA)
+
+
 def test_refill_time_is_remembered_when_samples_run_out() -> None:
     memory = Memory()
     first = decide(Observation(1000.0, even(1.0, 1000.0), [10.0] * 20, 1), POLICY, memory)
