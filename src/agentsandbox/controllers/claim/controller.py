@@ -134,6 +134,10 @@ class ClaimReconciler:
         self.queue = self.watches.queue
         self.claims_for_pool = self.watches.claims_for_pool
         self.claims_for_template = self.watches.claims_for_template
+        # a deleted pool's served counts and series go with it (autoscaler review #18)
+        watches.pools.add_handler(
+            None, None, lambda pool: claim_metrics.remove_served_series(pool, writer.served)
+        )
 
     # ---------------------------------------------------------------- reconcile
     @tracing.reconcile_span
