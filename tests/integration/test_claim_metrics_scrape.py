@@ -88,6 +88,13 @@ async def test_metrics_after_one_warm_and_one_cold_claim_carry_the_right_launch_
         for labels, value in ours("agent_sandbox_claim_creation_total")
     }
     assert creations == {("warm", "pool", "ready"): 1.0, ("cold", "none", "not_ready"): 1.0}
+    # autoscaler review #18: the warm claim asked for the pool and got a Ready member; the cold
+    # one (warmpool: none) asked for no pool and is not counted
+    served = {
+        (labels["pool"], labels["served"]): value
+        for labels, value in ours("agent_sandbox_warmpool_claims_served_total")
+    }
+    assert served == {("pool", "warm_ready"): 1.0}, served
     for family in (
         "agent_sandbox_claim_controller_startup_latency_ms_count",
         "agent_sandbox_creation_latency_ms_count",

@@ -61,6 +61,7 @@ from agentsandbox.controllers.claim.plan import (
     pool_owner,
 )
 from agentsandbox.controllers.claim.warm_index import WarmQueue
+from agentsandbox.controllers.common.served import ServedCounts
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import AlreadyExists, Conflict, Forbidden, KubeError, NotFound
 from agentsandbox.kube.events import EventRecorder
@@ -109,6 +110,7 @@ class ClaimProvider:
         *,
         events: bool = True,
         label_domains: Sequence[str] = DEFAULT_LABEL_DOMAINS,
+        served: ServedCounts | None = None,
     ) -> None:
         self.client = client
         self.sandboxes = sandboxes
@@ -124,6 +126,7 @@ class ClaimProvider:
         # "<ns>/<claim>" -> (claim UID, sandbox name) this process adopted or created for it,
         # until the cache shows it: a pass that follows our own write must not miss it
         self.bound: dict[str, tuple[str, str]] = {}
+        self.served = claim_metrics.SERVED if served is None else served  # the warm share
 
     def event(self, claim: KubeObject, kind: str, reason: str, note: str, action: str) -> None:
         if self.recorder is not None and self.events:
@@ -273,7 +276,8 @@ class ClaimProvider:
             if adopted is not None:
                 return adopted
         await flush(self.client, cp)  # the first-observed time before anything the claim makes
-        created = await self._create(cp.claim, template)
+        wanted = "" if forced else claim_metrics.wanted_pool(pools)  # a pool could serve it
+        created = await self._create(cp.claim, template, wanted)
         if forced is not None and source.policy != POLICY_NONE and pools:
             self.event(
                 claim,
@@ -528,6 +532,9 @@ class ClaimProvider:
             is_sandbox_ready(candidate),
             created_by=claim_metrics.claim_created_by(claim),
         )
+        claim_metrics.count_first_serving(
+            claim, pool_owner(candidate) or "", is_sandbox_ready(candidate), self.pools, self.served
+        )
 
     async def _get_or_none(self, name: str, ns: str) -> KubeObject | None:
         try:
@@ -536,7 +543,7 @@ class ClaimProvider:
             return None
 
     @tracing.create_span
-    async def _create(self, claim: KubeObject, template: KubeObject) -> KubeObject:
+    async def _create(self, claim: KubeObject, template: KubeObject, wanted: str) -> KubeObject:
         meta = claim["metadata"]
         ns = meta["namespace"]
         body = cold_sandbox(claim, template)
@@ -589,4 +596,5 @@ class ClaimProvider:
             False,
             created_by=claim_metrics.claim_created_by(claim),
         )
+        claim_metrics.count_first_serving(claim, wanted, None, self.pools, self.served)
         return created

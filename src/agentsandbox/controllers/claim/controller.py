@@ -135,6 +135,10 @@ class ClaimReconciler:
         self.claims_for_pool = self.watches.claims_for_pool
         self.claims_for_template = self.watches.claims_for_template
         self.claim_for_freed_name = self.watches.claim_for_freed_name
+        # a deleted pool's served counts and series go with it (autoscaler review #18)
+        watches.pools.add_handler(
+            None, None, lambda pool: claim_metrics.remove_served_series(pool, writer.served)
+        )
 
     # ---------------------------------------------------------------- reconcile
     @tracing.reconcile_span

@@ -16,6 +16,7 @@ family                                                 type       labels
 ``agent_sandbox_claim_creation_total``                 counter    namespace, sandbox_template,
                                                                   launch_type, warmpool_name,
                                                                   pod_condition, created_by
+``agent_sandbox_warmpool_claims_served_total``         counter    namespace, pool, served
 =====================================================  =========  ==========================
 
 How the controller uses this module:
@@ -23,7 +24,10 @@ How the controller uses this module:
 * every pass, before anything else: :func:`controller_first_observed` — merge the returned
   annotation into the claim (in memory always; persisted unless
   ``--disable-claim-observability-annotations``);
-* on a warm adoption or a cold create: :func:`count_claim_creation`;
+* on a warm adoption or a cold create: :func:`count_claim_creation`, and
+  :func:`count_first_serving` (the pool adopted from, else the pool the claim wanted:
+  :func:`wanted_pool`; counted only at the claim's :func:`first_serving`);
+* when a pool is deleted: :func:`remove_served_series`;
 * after the status write that turned the claim's Ready True for the first time:
   :func:`observe_first_ready`, then persist :func:`first_ready_annotations` (a merge patch) so
   that neither a readiness flap nor a restart counts the claim again (upstream #1114, #1087).
@@ -42,7 +46,8 @@ the claim has none, ``unknown`` when it is not one of the known values (a bounde
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -51,6 +56,13 @@ from prometheus_client import Counter, Histogram
 from agentsandbox.api import keys
 from agentsandbox.api.conditions import CONDITION_READY, find_condition
 from agentsandbox.api.timefmt import format_rfc3339_nano, parse_rfc3339
+from agentsandbox.controllers.common.served import (
+    COLD,
+    OUTCOMES,
+    WARM_NOT_READY,
+    WARM_READY,
+    ServedCounts,
+)
 from agentsandbox.controllers.sandbox.metrics import created_by, launch_type, template_annotation
 from agentsandbox.kube.metrics import REGISTRY
 
@@ -124,6 +136,19 @@ CLAIM_CREATION_TOTAL = Counter(
     ],
     registry=REGISTRY,
 )
+
+WARMPOOL_CLAIMS_SERVED = Counter(
+    "agent_sandbox_warmpool_claims_served_total",
+    "Claims that asked for a warm pool, counted once at their first serving: warm_ready "
+    "(adopted a Ready member of the pool), warm_not_ready (adopted a member not Ready yet) or "
+    "cold (none to adopt: a sandbox was made for the claim). pool: the pool adopted from, else "
+    "the pool the claim wanted; only pools that exist, removed with the pool.",
+    ["namespace", "pool", "served"],
+    registry=REGISTRY,
+)
+#: This process's served counts, per (namespace, pool), with a 10-minute window in 10 s bins:
+#: what the SandboxWarmPoolAutoscaler is to read (the claim controller writes it).
+SERVED = ServedCounts()
 
 Obj = Mapping[str, Any]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -224,6 +249,66 @@ def count_claim_creation(
     ).inc()
 
 
+# --- the served warm share (autoscaler review #18) -------------------------------------------
+def served_outcome(warm: bool, ready: bool) -> str:
+    """``warm_ready``, ``warm_not_ready`` or ``cold``."""
+    if not warm:
+        return COLD
+    return WARM_READY if ready else WARM_NOT_READY
+
+
+def first_serving(claim: Obj) -> bool:
+    """True when the claim was never served before: its status names no sandbox and it carries
+    no first-Ready guard annotation. A claim whose sandbox was lost and is replaced is not
+    counted again; nor, after a restart, a claim whose sandbox exists (the controller finds it
+    and serves nothing)."""
+    named = ((claim.get("status") or {}).get("sandbox") or {}).get("name")
+    return not named and not already_recorded(claim)
+
+
+def wanted_pool(pools: Sequence[Obj]) -> str:
+    """The pool a claim served cold is counted under: the one it may draw from, or of several
+    (a template with more than one pool) the first by name; ``""`` without any."""
+    names = sorted(str(p["metadata"]["name"]) for p in pools)
+    return names[0] if names else ""
+
+
+def count_served(
+    namespace: str, pool: str, outcome: str, served: ServedCounts | None = None
+) -> None:
+    """One claim served: ``agent_sandbox_warmpool_claims_served_total`` +1 and the in-process
+    counts (``served``, default :data:`SERVED`). The caller passes only a pool that exists."""
+    if outcome not in OUTCOMES:
+        raise ValueError(f"unknown outcome {outcome!r}")
+    WARMPOOL_CLAIMS_SERVED.labels(namespace, pool, outcome).inc()
+    (SERVED if served is None else served).add(namespace, pool, outcome)
+
+
+def count_first_serving(
+    claim: Obj,
+    pool: str,
+    ready: bool | None,
+    pools: Any,
+    served: ServedCounts | None = None,
+) -> None:
+    """:func:`count_served` for a claim at its :func:`first_serving`: warm from ``pool``
+    (``ready``: the adopted member's Ready) or cold (``ready`` None) for the pool it wanted;
+    only when ``pools`` (the pool informer) shows ``pool``: its deletion then removes the
+    series, so the label values stay the pools that exist. Nothing for ``pool`` ``""``."""
+    ns = str(claim["metadata"]["namespace"])
+    if pool and first_serving(claim) and pools.get(pool, ns) is not None:
+        count_served(ns, pool, served_outcome(ready is not None, bool(ready)), served)
+
+
+def remove_served_series(pool: Obj, served: ServedCounts | None = None) -> None:
+    """A pool was deleted: drop its series and its in-process counts."""
+    namespace, name = str(pool["metadata"].get("namespace", "")), str(pool["metadata"]["name"])
+    for outcome in OUTCOMES:
+        with contextlib.suppress(KeyError):
+            WARMPOOL_CLAIMS_SERVED.remove(namespace, name, outcome)
+    (SERVED if served is None else served).forget(namespace, name)
+
+
 def already_recorded(claim: Obj) -> bool:
     """True when the claim carries either guard annotation (its first Ready was counted)."""
     ann = _annotations(claim)
@@ -308,15 +393,23 @@ __all__ = [
     "CLIENT_CLAIM_STARTUP_LATENCY",
     "CREATION_LATENCY_BUCKETS",
     "SANDBOX_CREATION_LATENCY",
+    "SERVED",
     "UNKNOWN_TEMPLATE",
+    "WARMPOOL_CLAIMS_SERVED",
     "already_recorded",
     "claim_created_by",
     "claim_launch_type",
     "claim_template",
     "controller_first_observed",
     "count_claim_creation",
+    "count_first_serving",
+    "count_served",
     "first_ready_annotations",
+    "first_serving",
     "observe_first_ready",
     "parse_timestamp",
+    "remove_served_series",
     "sandbox_creation_ms",
+    "served_outcome",
+    "wanted_pool",
 ]
