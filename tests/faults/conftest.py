@@ -61,10 +61,12 @@ def witness(
     private_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Path]:
     """A second kube-apiserver on the private control plane's etcd, which the faults never touch
-    (the tests kill and restart the first one), serving watches from etcd itself (no watch
-    cache); returns a kubeconfig of it. The claim history watches through it: its watch then
-    resumes from the last resourceVersion it saw across a restart of the first kube-apiserver,
-    whose rebuilt watch cache would answer 410 Gone (a gap in the history)."""
+    (the tests kill and restart the first one); returns a kubeconfig of it. The claim history
+    watches through it: its watch goes on across a restart of the first kube-apiserver, whose
+    rebuilt watch cache would answer 410 Gone (a gap in the history). It keeps its watch cache:
+    served from etcd itself, a watch of sandboxes was seen to deliver nothing more after an
+    etcd compaction (the compaction test then timed out waiting for the history), while the
+    cache's own watch of etcd, at its head, goes on."""
     port = free_port()
     certs = tmp_path_factory.mktemp("witness-certs")
     argv = []
@@ -76,7 +78,7 @@ def witness(
         elif arg.startswith("--cert-dir="):
             arg = f"--cert-dir={certs}"
         argv.append(arg)
-    argv += ["--watch-cache=false", "--endpoint-reconciler-type=none"]
+    argv += ["--endpoint-reconciler-type=none"]
     ctx = private_cluster._ssl_context()
 
     def ready() -> bool:

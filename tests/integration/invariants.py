@@ -639,6 +639,7 @@ class _Watch:
 
     async def _list(self) -> None:
         listed = await self.history.client.list(self.resource, self.history.ns)
+        self.live = {}  # after a gap: what was deleted meanwhile is not in the LIST
         for obj in listed.items:
             self.history._record(self, "LISTED", obj)
         self.rv = listed.resource_version
