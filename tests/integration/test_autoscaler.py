@@ -33,8 +33,8 @@ from agentsandbox.controllers.sandbox import controller as sandbox_controller
 from agentsandbox.controllers.warmpool import controller as warmpool
 from agentsandbox.controllers.warmpool.plan import Settings
 from agentsandbox.devcluster.cluster import DevCluster
-from agentsandbox.kube.client import Client
-from agentsandbox.kube.errors import ApiError
+from agentsandbox.kube.client import Client, PatchType
+from agentsandbox.kube.errors import ApiError, Invalid
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import Resource
 from tests.polling import eventually, stays
@@ -104,7 +104,7 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
 
 async def replicas(client: Client, ns: str, pool: str) -> int:
     scale = await client.get(SANDBOX_WARM_POOLS, pool, ns, subresource="scale")
-    return int(scale["spec"]["replicas"])
+    return int(scale["spec"].get("replicas", 0))  # a Scale leaves 0 out
 
 
 async def event_reasons(client: Client, ns: str) -> list[str]:
@@ -158,6 +158,46 @@ async def test_the_scale_write_carries_a_precondition_the_api_server_enforces(
     assert fresh.replicas == 2
     assert await writer.write_scale(SANDBOX_WARM_POOLS, namespace, "pool", 5, fresh) == SCALED
     assert await replicas(client, namespace, "pool") == 5
+
+
+async def test_the_scale_write_survives_a_pool_status_write_but_not_another_replicas(
+    client: Client, namespace: str
+) -> None:
+    """Autoscaler review #12: the /scale write is conditioned on the replicas read, not on the
+    resourceVersion. A pool status write in between (the pool controller writes it on every
+    adoption) does not stop it; another writer's spec.replicas does (a failed JSON patch test:
+    the API server answers 422 Invalid, taken as a conflict, nothing written) — also from and
+    to 0, which the Scale's JSON leaves out."""
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 1), namespace)
+    writer = ScaleWriter(client)
+    read = await writer.read_scale(SANDBOX_WARM_POOLS, namespace, "pool")
+    await client.patch(
+        SANDBOX_WARM_POOLS, "pool", {"status": {"replicas": 1}}, namespace, subresource="status"
+    )
+    assert await writer.write_scale(SANDBOX_WARM_POOLS, namespace, "pool", 4, read) == SCALED
+    assert await replicas(client, namespace, "pool") == 4
+    # what the API server answers to a failed test operation
+    with pytest.raises(Invalid) as err:
+        await client.patch(
+            SANDBOX_WARM_POOLS,
+            "pool",
+            [{"op": "test", "path": "/spec/replicas", "value": 9}],
+            namespace,
+            patch_type=PatchType.JSON,
+            subresource="scale",
+        )
+    assert (err.value.status, err.value.reason) == (422, "Invalid")
+    assert "test failed" in err.value.message, err.value
+    for before, other in ((4, 2), (2, 0), (0, 3)):
+        read = await writer.read_scale(SANDBOX_WARM_POOLS, namespace, "pool")
+        assert read.replicas == before
+        await client.patch(SANDBOX_WARM_POOLS, "pool", {"spec": {"replicas": other}}, namespace)
+        assert await writer.write_scale(SANDBOX_WARM_POOLS, namespace, "pool", 7, read) == CONFLICT
+        assert await replicas(client, namespace, "pool") == other
+    await client.patch(SANDBOX_WARM_POOLS, "pool", {"spec": {"replicas": 0}}, namespace)
+    read = await writer.read_scale(SANDBOX_WARM_POOLS, namespace, "pool")
+    assert await writer.write_scale(SANDBOX_WARM_POOLS, namespace, "pool", 2, read) == SCALED
+    assert await replicas(client, namespace, "pool") == 2
 
 
 async def test_a_pool_grows_under_steady_claims_and_shrinks_after_the_window(

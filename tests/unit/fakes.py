@@ -2,8 +2,10 @@
 server that keeps resourceVersions and enforces preconditions like the real one.
 
 The API fake is deliberately small: create (with generateName), get, JSON merge patch (with a
-``metadata.resourceVersion`` precondition, on the object or its status), delete (UID and
-resourceVersion preconditions). Every call is recorded in order; ``fail`` scripts errors.
+``metadata.resourceVersion`` precondition, on the object or its status), JSON patch (RFC 6902;
+a failed ``test`` operation is refused as the API server refuses it: 422 Invalid, nothing
+written), delete (UID and resourceVersion preconditions). Every call is recorded in order;
+``fail`` scripts errors.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from agentsandbox.kube.errors import AlreadyExists, Conflict, NotFound
+from agentsandbox.kube.errors import AlreadyExists, Conflict, Invalid, NotFound
 from agentsandbox.kube.resources import Resource
 from agentsandbox.kube.store import Store
 
@@ -79,6 +81,53 @@ def merge_patch(target: Any, patch: Any) -> Any:
             out.pop(key, None)
         else:
             out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def _pointer(path: str) -> list[str]:
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise Invalid(422, "Invalid", f"JSON pointer {path!r} does not start with /")
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
+    """RFC 6902 JSON patch (``test``, ``add``, ``replace``, ``remove`` on objects), all or
+    nothing, refused as the API server refuses a patch that does not apply: 422 Invalid with the
+    patch library's message (``testing value /spec/replicas failed: test failed``). As that
+    library, a ``test`` of a missing member passes only against ``null``."""
+    out = copy.deepcopy(doc)
+    for op in ops:
+        kind, path = op.get("op"), str(op.get("path", ""))
+        *parents, last = _pointer(path) or [""]
+        node = out
+        for part in parents:
+            if not isinstance(node, dict) or part not in node:
+                raise Invalid(
+                    422, "Invalid", f"{kind} operation does not apply: doc is missing path: {path}"
+                )
+            node = node[part]
+        if not isinstance(node, dict):
+            raise Invalid(
+                422, "Invalid", f"{kind} operation does not apply: {path} is not in an object"
+            )
+        if kind == "test":
+            if node.get(last) != op.get("value"):  # a missing member is null
+                raise Invalid(422, "Invalid", f"testing value {path} failed: test failed")
+        elif kind == "add":
+            node[last] = copy.deepcopy(op.get("value"))
+        elif kind in ("replace", "remove"):
+            if last not in node:
+                raise Invalid(
+                    422, "Invalid", f"{kind} operation does not apply: doc is missing key: {path}"
+                )
+            if kind == "replace":
+                node[last] = copy.deepcopy(op.get("value"))
+            else:
+                del node[last]
+        else:
+            raise Invalid(422, "Invalid", f"unsupported JSON patch operation {kind!r}")
     return out
 
 
@@ -160,7 +209,7 @@ class FakeApi:
         self,
         resource: Resource,
         name: str,
-        patch: Obj,
+        patch: Obj | list[Obj],
         namespace: str | None = None,
         *,
         subresource: str | None = None,
@@ -172,6 +221,16 @@ class FakeApi:
         found = self.objects.get(key)
         if found is None:
             raise NotFound(404, "NotFound", f'{resource.plural} "{name}" not found')
+        if isinstance(patch, list):  # a JSON patch: applied to the object as stored
+            patched = json_patch(found, patch)
+            # a status patch changes only the status; any other, everything but the status
+            kept, changed = (found, patched) if subresource == "status" else (patched, found)
+            updated = {k: copy.deepcopy(v) for k, v in kept.items() if k != "status"}
+            if "status" in changed:
+                updated["status"] = copy.deepcopy(changed["status"])
+            updated["metadata"]["resourceVersion"] = str(next(self._rv))
+            self.objects[key] = updated
+            return copy.deepcopy(updated)
         want = (patch.get("metadata") or {}).get("resourceVersion")
         if want is not None and want != found["metadata"]["resourceVersion"]:
             raise Conflict(409, "Conflict", "the object has been modified")
