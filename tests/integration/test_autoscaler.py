@@ -143,6 +143,34 @@ async def test_the_crd_rejects_min_above_max_and_a_share_outside_0_1(
     assert made["spec"]["minReplicas"] == 1  # the CRD default
 
 
+TARGET_RULE = "spec.scaleTargetRef must name a SandboxWarmPool"
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind"),
+    [
+        ("apps/v1", "Deployment"),
+        ("agents.x-k8s.io/v1alpha1", "SandboxWarmPool"),  # the core group has no pools
+        ("extensions.agents.x-k8s.io/v1beta1", "SandboxClaim"),
+        ("extensions.agents.x-k8s.io", "SandboxWarmPool"),  # no version
+    ],
+)
+async def test_the_crd_refuses_a_target_that_is_not_a_sandbox_warm_pool(
+    client: Client, namespace: str, api_version: str, kind: str
+) -> None:
+    """Autoscaler review #17: only a SandboxWarmPool has claim arrivals and refill times to
+    measure (and our RBAC covers only sandboxwarmpools/scale): any other target is refused by
+    the API with the rule's message, instead of an autoscaler that can never work."""
+    bad = autoscaler_obj("bad", "web", maxReplicas=3, targetWarmShare=0.9)
+    bad["spec"]["scaleTargetRef"].update(apiVersion=api_version, kind=kind)
+    with pytest.raises(Invalid) as err:
+        await client.create(SANDBOX_WARM_POOL_AUTOSCALERS, bad, namespace)
+    assert TARGET_RULE in str(err.value), err.value
+    good = autoscaler_obj("good", "web", maxReplicas=3, targetWarmShare=0.9)
+    good["spec"]["scaleTargetRef"]["apiVersion"] = "extensions.agents.x-k8s.io/v1alpha1"
+    await client.create(SANDBOX_WARM_POOL_AUTOSCALERS, good, namespace)
+
+
 async def test_the_scale_write_carries_a_precondition_the_api_server_enforces(
     client: Client, namespace: str
 ) -> None:
