@@ -26,7 +26,13 @@ from agentsandbox.api.resources import (
     SANDBOXES,
 )
 from agentsandbox.controllers.autoscaler import controller as autoscaler_controller
-from agentsandbox.controllers.autoscaler.act import CONFLICT, SCALED, ScaleWriter
+from agentsandbox.controllers.autoscaler.act import (
+    CONFLICT,
+    PATCH_DID_NOT_APPLY,
+    SCALED,
+    ScaleWriter,
+    failed_test,
+)
 from agentsandbox.controllers.autoscaler.controller import Settings as AutoscalerSettings
 from agentsandbox.controllers.claim import controller as claim_controller
 from agentsandbox.controllers.sandbox import controller as sandbox_controller
@@ -174,8 +180,8 @@ async def test_the_crd_refuses_a_target_that_is_not_a_sandbox_warm_pool(
 async def test_the_scale_write_carries_a_precondition_the_api_server_enforces(
     client: Client, namespace: str
 ) -> None:
-    """A merge patch of /scale with the resourceVersion read: stale after another write, it is
-    refused (409, nothing written); fresh, it goes through."""
+    """A JSON patch of /scale testing the replicas read: after another writer's replicas it is
+    refused (a conflict, nothing written); fresh, it goes through."""
     await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 1), namespace)
     writer = ScaleWriter(client)
     read = await writer.read_scale(SANDBOX_WARM_POOLS, namespace, "pool")
@@ -194,7 +200,8 @@ async def test_the_scale_write_survives_a_pool_status_write_but_not_another_repl
     """Autoscaler review #12: the /scale write is conditioned on the replicas read, not on the
     resourceVersion. A pool status write in between (the pool controller writes it on every
     adoption) does not stop it; another writer's spec.replicas does (a failed JSON patch test:
-    the API server answers 422 Invalid, taken as a conflict, nothing written) — also from and
+    the API server answers 422 Invalid with a generic message, taken as a conflict, nothing
+    written) — also from and
     to 0, which the Scale's JSON leaves out."""
     await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 1), namespace)
     writer = ScaleWriter(client)
@@ -215,7 +222,9 @@ async def test_the_scale_write_survives_a_pool_status_write_but_not_another_repl
             subresource="scale",
         )
     assert (err.value.status, err.value.reason) == (422, "Invalid")
-    assert "test failed" in err.value.message, err.value
+    # a generic message, no causes: the patch library's words are not sent
+    assert err.value.message == PATCH_DID_NOT_APPLY and not err.value.causes, err.value
+    assert failed_test(err.value)
     for before, other in ((4, 2), (2, 0), (0, 3)):
         read = await writer.read_scale(SANDBOX_WARM_POOLS, namespace, "pool")
         assert read.replicas == before

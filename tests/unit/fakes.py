@@ -84,19 +84,28 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
+#: What kube-apiserver (1.36) answers, with no details, to a JSON patch that does not apply.
+PATCH_DID_NOT_APPLY = "the server rejected our request due to an error in our request"
+
+
+def _did_not_apply() -> Invalid:
+    return Invalid(422, "Invalid", PATCH_DID_NOT_APPLY)
+
+
 def _pointer(path: str) -> list[str]:
     if path == "":
         return []
     if not path.startswith("/"):
-        raise Invalid(422, "Invalid", f"JSON pointer {path!r} does not start with /")
+        raise _did_not_apply()
     return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
 
 
 def json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
     """RFC 6902 JSON patch (``test``, ``add``, ``replace``, ``remove`` on objects), all or
-    nothing, refused as the API server refuses a patch that does not apply: 422 Invalid with the
-    patch library's message (``testing value /spec/replicas failed: test failed``). As that
-    library, a ``test`` of a missing member passes only against ``null``."""
+    nothing, refused as the API server refuses a patch that does not apply (a failed ``test``, a
+    missing member): 422 Invalid, the generic message :data:`PATCH_DID_NOT_APPLY`, no causes
+    (the patch library's own words are not sent). As that library, a ``test`` of a missing
+    member passes only against ``null``."""
     out = copy.deepcopy(doc)
     for op in ops:
         kind, path = op.get("op"), str(op.get("path", ""))
@@ -104,30 +113,24 @@ def json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
         node = out
         for part in parents:
             if not isinstance(node, dict) or part not in node:
-                raise Invalid(
-                    422, "Invalid", f"{kind} operation does not apply: doc is missing path: {path}"
-                )
+                raise _did_not_apply()
             node = node[part]
         if not isinstance(node, dict):
-            raise Invalid(
-                422, "Invalid", f"{kind} operation does not apply: {path} is not in an object"
-            )
+            raise _did_not_apply()
         if kind == "test":
             if node.get(last) != op.get("value"):  # a missing member is null
-                raise Invalid(422, "Invalid", f"testing value {path} failed: test failed")
+                raise _did_not_apply()
         elif kind == "add":
             node[last] = copy.deepcopy(op.get("value"))
         elif kind in ("replace", "remove"):
             if last not in node:
-                raise Invalid(
-                    422, "Invalid", f"{kind} operation does not apply: doc is missing key: {path}"
-                )
+                raise _did_not_apply()
             if kind == "replace":
                 node[last] = copy.deepcopy(op.get("value"))
             else:
                 del node[last]
         else:
-            raise Invalid(422, "Invalid", f"unsupported JSON patch operation {kind!r}")
+            raise _did_not_apply()
     return out
 
 
