@@ -12,8 +12,10 @@
 Its only other writes are Events on itself, which the reconciler records through the manager's
 recorder.
 
-Nothing else of the target is ever written, so it works with any object that serves ``/scale``
-(the RBAC grants ``get``/``patch`` on ``sandboxwarmpools/scale`` only).
+Nothing else of the target is ever written. The target is a SandboxWarmPool (the CRD refuses
+any other ``scaleTargetRef``; the RBAC grants ``get``/``patch`` on ``sandboxwarmpools/scale``
+only). A refusal to read it — 403 without that RBAC, or any other client error but a 404 — is a
+:class:`TargetError` the reconciler reports, not an exception retried with backoff.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any, Protocol
 from agentsandbox.api.kinds import EXTENSIONS_GROUP, SANDBOX_WARM_POOL, SERVED_VERSIONS
 from agentsandbox.api.resources import SANDBOX_WARM_POOL_AUTOSCALERS
 from agentsandbox.kube.client import PatchType
-from agentsandbox.kube.errors import Conflict, Invalid, KubeError, NotFound
+from agentsandbox.kube.errors import ApiError, Conflict, Invalid, KubeError, NotFound
 from agentsandbox.kube.resources import Resource
 
 log = logging.getLogger("agentsandbox.autoscaler")
@@ -82,6 +84,14 @@ class Scale:
 
 # What a scale write came to.
 SCALED, CONFLICT = "scaled", "conflict"
+
+
+def refused(err: KubeError) -> bool:
+    """A client error that asking again will not change: 4xx but a timeout (408), a conflict
+    (409) or too many requests (429). A 404 is handled where it means something."""
+    return (
+        isinstance(err, ApiError) and 400 <= err.status < 500 and err.status not in (408, 409, 429)
+    )
 
 
 def scale_patch(current: int, desired: int) -> list[dict[str, Any]]:
@@ -151,6 +161,12 @@ class ScaleWriter:
             raise TargetError(
                 "InvalidTarget", f"the API {api_version} is not served: check scaleTargetRef"
             ) from None
+        except KubeError as err:
+            if not refused(err):
+                raise
+            raise TargetError(
+                "FailedGetScale", f"reading the API {api_version} to find {kind}: {err}"
+            ) from None
         names = {r.get("name") for r in (listing or {}).get("resources") or ()}
         for res in (listing or {}).get("resources") or ():
             name = str(res.get("name") or "")
@@ -166,12 +182,21 @@ class ScaleWriter:
         raise TargetError("InvalidTarget", f"the API {api_version} serves no kind {kind}")
 
     async def read_scale(self, resource: Resource, namespace: str, name: str) -> Scale:
-        """GET the target's ``/scale``; a missing target is a :class:`TargetError`."""
+        """GET the target's ``/scale``; a missing target, or a refusal (:func:`refused`: 403,
+        405, ...), is a :class:`TargetError` (``FailedGetScale``) naming the target and the
+        error. Anything else (5xx, 429, no connection) is raised: retried with backoff."""
         try:
             scale = await self.client.get(resource, name, namespace, subresource=SCALE)
         except NotFound:
             raise TargetError(
                 "FailedGetScale", f"{resource.kind} {name!r} not found in namespace {namespace}"
+            ) from None
+        except KubeError as err:
+            if not refused(err):
+                raise
+            raise TargetError(
+                "FailedGetScale",
+                f"reading the /scale of {resource.kind} {name!r} in namespace {namespace}: {err}",
             ) from None
         spec = scale.get("spec") or {}
         meta = scale.get("metadata") or {}
@@ -231,5 +256,6 @@ __all__ = [
     "TargetError",
     "failed_test",
     "is_sandbox_warm_pool",
+    "refused",
     "scale_patch",
 ]
