@@ -847,13 +847,28 @@ class Schemas:
         return spec, status
 
 
+# An autoscaler measures its target's claim arrivals and refill times, which only a
+# SandboxWarmPool has, and the controller's RBAC covers only sandboxwarmpools/scale: any other
+# target could never work (a Deployment answered 403 on every pass).
+AUTOSCALER_TARGET_RULE = rule(
+    "self.kind == 'SandboxWarmPool' && "
+    "self.apiVersion.matches('^extensions[.]agents[.]x-k8s[.]io/v[0-9]+((alpha|beta)[0-9]+)?$')",
+    "spec.scaleTargetRef must name a SandboxWarmPool (apiVersion "
+    "extensions.agents.x-k8s.io/<version>, kind SandboxWarmPool): the autoscaler sizes warm "
+    "pools only",
+)
+
+
 def autoscaler() -> tuple[Schema, Schema]:
     """The SandboxWarmPoolAutoscaler (ours only, autoscaling.agentsandbox.dev): no embedded
     Kubernetes types, so it needs no converter."""
     target = obj(
         {
-            "apiVersion": string("API version of the target.", minLength=1),
-            "kind": string("Kind of the target, e.g. SandboxWarmPool.", minLength=1),
+            "apiVersion": string(
+                "API version of the target: extensions.agents.x-k8s.io/v1beta1 (or v1alpha1).",
+                minLength=1,
+            ),
+            "kind": string("Kind of the target: SandboxWarmPool (the only one).", minLength=1),
             "name": string(
                 "Name of the target, in this object's namespace.",
                 minLength=1,
@@ -869,8 +884,9 @@ def autoscaler() -> tuple[Schema, Schema]:
                 },
             ),
         },
-        "The object whose /scale subresource is sized (same namespace), e.g. a SandboxWarmPool.",
+        "The SandboxWarmPool whose /scale subresource is sized (same namespace).",
         required=["apiVersion", "kind", "name"],
+        rules=[AUTOSCALER_TARGET_RULE],
     )
     spec = obj(
         {

@@ -26,15 +26,21 @@ from agentsandbox.api.resources import (
     SANDBOXES,
 )
 from agentsandbox.controllers.autoscaler import controller as autoscaler_controller
-from agentsandbox.controllers.autoscaler.act import CONFLICT, SCALED, ScaleWriter
+from agentsandbox.controllers.autoscaler.act import (
+    CONFLICT,
+    PATCH_DID_NOT_APPLY,
+    SCALED,
+    ScaleWriter,
+    failed_test,
+)
 from agentsandbox.controllers.autoscaler.controller import Settings as AutoscalerSettings
 from agentsandbox.controllers.claim import controller as claim_controller
 from agentsandbox.controllers.sandbox import controller as sandbox_controller
 from agentsandbox.controllers.warmpool import controller as warmpool
 from agentsandbox.controllers.warmpool.plan import Settings
 from agentsandbox.devcluster.cluster import DevCluster
-from agentsandbox.kube.client import Client
-from agentsandbox.kube.errors import ApiError
+from agentsandbox.kube.client import Client, PatchType
+from agentsandbox.kube.errors import ApiError, Invalid
 from agentsandbox.kube.manager import Manager
 from agentsandbox.kube.resources import Resource
 from tests.polling import eventually, stays
@@ -104,7 +110,7 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
 
 async def replicas(client: Client, ns: str, pool: str) -> int:
     scale = await client.get(SANDBOX_WARM_POOLS, pool, ns, subresource="scale")
-    return int(scale["spec"]["replicas"])
+    return int(scale["spec"].get("replicas", 0))  # a Scale leaves 0 out
 
 
 async def event_reasons(client: Client, ns: str) -> list[str]:
@@ -143,11 +149,39 @@ async def test_the_crd_rejects_min_above_max_and_a_share_outside_0_1(
     assert made["spec"]["minReplicas"] == 1  # the CRD default
 
 
+TARGET_RULE = "spec.scaleTargetRef must name a SandboxWarmPool"
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind"),
+    [
+        ("apps/v1", "Deployment"),
+        ("agents.x-k8s.io/v1alpha1", "SandboxWarmPool"),  # the core group has no pools
+        ("extensions.agents.x-k8s.io/v1beta1", "SandboxClaim"),
+        ("extensions.agents.x-k8s.io", "SandboxWarmPool"),  # no version
+    ],
+)
+async def test_the_crd_refuses_a_target_that_is_not_a_sandbox_warm_pool(
+    client: Client, namespace: str, api_version: str, kind: str
+) -> None:
+    """Autoscaler review #17: only a SandboxWarmPool has claim arrivals and refill times to
+    measure (and our RBAC covers only sandboxwarmpools/scale): any other target is refused by
+    the API with the rule's message, instead of an autoscaler that can never work."""
+    bad = autoscaler_obj("bad", "web", maxReplicas=3, targetWarmShare=0.9)
+    bad["spec"]["scaleTargetRef"].update(apiVersion=api_version, kind=kind)
+    with pytest.raises(Invalid) as err:
+        await client.create(SANDBOX_WARM_POOL_AUTOSCALERS, bad, namespace)
+    assert TARGET_RULE in str(err.value), err.value
+    good = autoscaler_obj("good", "web", maxReplicas=3, targetWarmShare=0.9)
+    good["spec"]["scaleTargetRef"]["apiVersion"] = "extensions.agents.x-k8s.io/v1alpha1"
+    await client.create(SANDBOX_WARM_POOL_AUTOSCALERS, good, namespace)
+
+
 async def test_the_scale_write_carries_a_precondition_the_api_server_enforces(
     client: Client, namespace: str
 ) -> None:
-    """A merge patch of /scale with the resourceVersion read: stale after another write, it is
-    refused (409, nothing written); fresh, it goes through."""
+    """A JSON patch of /scale testing the replicas read: after another writer's replicas it is
+    refused (a conflict, nothing written); fresh, it goes through."""
     await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 1), namespace)
     writer = ScaleWriter(client)
     read = await writer.read_scale(SANDBOX_WARM_POOLS, namespace, "pool")
@@ -158,6 +192,49 @@ async def test_the_scale_write_carries_a_precondition_the_api_server_enforces(
     assert fresh.replicas == 2
     assert await writer.write_scale(SANDBOX_WARM_POOLS, namespace, "pool", 5, fresh) == SCALED
     assert await replicas(client, namespace, "pool") == 5
+
+
+async def test_the_scale_write_survives_a_pool_status_write_but_not_another_replicas(
+    client: Client, namespace: str
+) -> None:
+    """Autoscaler review #12: the /scale write is conditioned on the replicas read, not on the
+    resourceVersion. A pool status write in between (the pool controller writes it on every
+    adoption) does not stop it; another writer's spec.replicas does (a failed JSON patch test:
+    the API server answers 422 Invalid with a generic message, taken as a conflict, nothing
+    written) — also from and
+    to 0, which the Scale's JSON leaves out."""
+    await client.create(SANDBOX_WARM_POOLS, pool_obj("pool", "tpl", 1), namespace)
+    writer = ScaleWriter(client)
+    read = await writer.read_scale(SANDBOX_WARM_POOLS, namespace, "pool")
+    await client.patch(
+        SANDBOX_WARM_POOLS, "pool", {"status": {"replicas": 1}}, namespace, subresource="status"
+    )
+    assert await writer.write_scale(SANDBOX_WARM_POOLS, namespace, "pool", 4, read) == SCALED
+    assert await replicas(client, namespace, "pool") == 4
+    # what the API server answers to a failed test operation
+    with pytest.raises(Invalid) as err:
+        await client.patch(
+            SANDBOX_WARM_POOLS,
+            "pool",
+            [{"op": "test", "path": "/spec/replicas", "value": 9}],
+            namespace,
+            patch_type=PatchType.JSON,
+            subresource="scale",
+        )
+    assert (err.value.status, err.value.reason) == (422, "Invalid")
+    # a generic message, no causes: the patch library's words are not sent
+    assert err.value.message == PATCH_DID_NOT_APPLY and not err.value.causes, err.value
+    assert failed_test(err.value)
+    for before, other in ((4, 2), (2, 0), (0, 3)):
+        read = await writer.read_scale(SANDBOX_WARM_POOLS, namespace, "pool")
+        assert read.replicas == before
+        await client.patch(SANDBOX_WARM_POOLS, "pool", {"spec": {"replicas": other}}, namespace)
+        assert await writer.write_scale(SANDBOX_WARM_POOLS, namespace, "pool", 7, read) == CONFLICT
+        assert await replicas(client, namespace, "pool") == other
+    await client.patch(SANDBOX_WARM_POOLS, "pool", {"spec": {"replicas": 0}}, namespace)
+    read = await writer.read_scale(SANDBOX_WARM_POOLS, namespace, "pool")
+    assert await writer.write_scale(SANDBOX_WARM_POOLS, namespace, "pool", 2, read) == SCALED
+    assert await replicas(client, namespace, "pool") == 2
 
 
 async def test_a_pool_grows_under_steady_claims_and_shrinks_after_the_window(

@@ -766,7 +766,7 @@ def exercise_controller(cluster: DevCluster, ns: str, alive: Callable[[], bool],
     )
 
     # SandboxWarmPoolAutoscaler: the pool (at 1) is resized through its /scale subresource
-    # (get + a merge patch with a resourceVersion precondition) to the autoscaler's minimum,
+    # (get + a JSON patch testing the replicas read) to the autoscaler's minimum,
     # and the autoscaler's status is written (merge patch of /status).
     cluster.api(
         "POST",

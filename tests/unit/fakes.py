@@ -2,8 +2,10 @@
 server that keeps resourceVersions and enforces preconditions like the real one.
 
 The API fake is deliberately small: create (with generateName), get, JSON merge patch (with a
-``metadata.resourceVersion`` precondition, on the object or its status), delete (UID and
-resourceVersion preconditions). Every call is recorded in order; ``fail`` scripts errors.
+``metadata.resourceVersion`` precondition, on the object or its status), JSON patch (RFC 6902;
+a failed ``test`` operation is refused as the API server refuses it: 422 Invalid, nothing
+written), delete (UID and resourceVersion preconditions). Every call is recorded in order;
+``fail`` scripts errors.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from agentsandbox.kube.errors import AlreadyExists, Conflict, NotFound
+from agentsandbox.kube.errors import AlreadyExists, Conflict, Invalid, NotFound
 from agentsandbox.kube.resources import Resource
 from agentsandbox.kube.store import Store
 
@@ -84,6 +86,56 @@ def merge_patch(target: Any, patch: Any) -> Any:
             out.pop(key, None)
         else:
             out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+#: What kube-apiserver (1.36) answers, with no details, to a JSON patch that does not apply.
+PATCH_DID_NOT_APPLY = "the server rejected our request due to an error in our request"
+
+
+def _did_not_apply() -> Invalid:
+    return Invalid(422, "Invalid", PATCH_DID_NOT_APPLY)
+
+
+def _pointer(path: str) -> list[str]:
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise _did_not_apply()
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
+    """RFC 6902 JSON patch (``test``, ``add``, ``replace``, ``remove`` on objects), all or
+    nothing, refused as the API server refuses a patch that does not apply (a failed ``test``, a
+    missing member): 422 Invalid, the generic message :data:`PATCH_DID_NOT_APPLY`, no causes
+    (the patch library's own words are not sent). As that library, a ``test`` of a missing
+    member passes only against ``null``."""
+    out = copy.deepcopy(doc)
+    for op in ops:
+        kind, path = op.get("op"), str(op.get("path", ""))
+        *parents, last = _pointer(path) or [""]
+        node = out
+        for part in parents:
+            if not isinstance(node, dict) or part not in node:
+                raise _did_not_apply()
+            node = node[part]
+        if not isinstance(node, dict):
+            raise _did_not_apply()
+        if kind == "test":
+            if node.get(last) != op.get("value"):  # a missing member is null
+                raise _did_not_apply()
+        elif kind == "add":
+            node[last] = copy.deepcopy(op.get("value"))
+        elif kind in ("replace", "remove"):
+            if last not in node:
+                raise _did_not_apply()
+            if kind == "replace":
+                node[last] = copy.deepcopy(op.get("value"))
+            else:
+                del node[last]
+        else:
+            raise _did_not_apply()
     return out
 
 
@@ -165,7 +217,7 @@ class FakeApi:
         self,
         resource: Resource,
         name: str,
-        patch: Obj,
+        patch: Obj | list[Obj],
         namespace: str | None = None,
         *,
         subresource: str | None = None,
@@ -177,6 +229,16 @@ class FakeApi:
         found = self.objects.get(key)
         if found is None:
             raise NotFound(404, "NotFound", f'{resource.plural} "{name}" not found')
+        if isinstance(patch, list):  # a JSON patch: applied to the object as stored
+            patched = json_patch(found, patch)
+            # a status patch changes only the status; any other, everything but the status
+            kept, changed = (found, patched) if subresource == "status" else (patched, found)
+            updated = {k: copy.deepcopy(v) for k, v in kept.items() if k != "status"}
+            if "status" in changed:
+                updated["status"] = copy.deepcopy(changed["status"])
+            updated["metadata"]["resourceVersion"] = str(next(self._rv))
+            self.objects[key] = updated
+            return copy.deepcopy(updated)
         want = (patch.get("metadata") or {}).get("resourceVersion")
         if want is not None and want != found["metadata"]["resourceVersion"]:
             raise Conflict(409, "Conflict", "the object has been modified")

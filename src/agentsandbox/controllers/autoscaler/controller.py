@@ -258,18 +258,18 @@ class AutoscalerReconciler:
 
         memory.failure = None  # the target answered: a later failure is announced again
         if not is_sandbox_warm_pool(str(ref.get("apiVersion")), str(ref.get("kind"))):
-            active = (
+            # only an autoscaler stored before the CRD's rule on scaleTargetRef gets here: it
+            # reads the target but never writes it
+            unsupported = (
                 FALSE,
                 REASON_UNSUPPORTED_TARGET,
                 f"{target_text}: only SandboxWarmPool targets have claim arrivals and refill "
-                "times to measure",
+                "times to measure; this autoscaler never scales it",
             )
             await self._write_status(
                 autoscaler,
                 memory,
-                StatusInput(
-                    generation, scale.replicas, None, (TRUE, "ReadyForNewScale", ""), active
-                ),
+                StatusInput(generation, scale.replicas, None, unsupported, unsupported),
                 now_text,
             )
             return Result(requeue_after=requeue)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import copy
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,10 +27,11 @@ from agentsandbox.controllers.autoscaler.rules import (
     arbitrate,
 )
 from agentsandbox.controllers.autoscaler.source import Windows, claim_keys
-from agentsandbox.kube.errors import Conflict, NotFound
+from agentsandbox.kube.client import PatchType
+from agentsandbox.kube.errors import Conflict, Invalid, NotFound
 from agentsandbox.kube.reconcile import Request
 from agentsandbox.kube.resources import Resource
-from tests.unit.fakes import FakeInformer
+from tests.unit.fakes import FakeInformer, json_patch
 
 NS = "ns"
 POOL_API = "extensions.agents.x-k8s.io/v1beta1"
@@ -46,9 +48,26 @@ class FakeScaleApi:
         self.calls: list[tuple[str, str, Any]] = []  # (verb, path-ish, body)
         self.conflict_next_scale = False
         self.discovery: dict[str, Any] = {}
+        # run just before a /scale write is applied: another write landing in between
+        self.before_scale_write: Callable[[], None] | None = None
 
     def bump(self) -> None:
         self.pool["rv"] = str(next(self._rv))
+
+    def scale_doc(self, namespace: str | None = None) -> dict[str, Any]:
+        """The pool's /scale as the API server serves it (autoscaling/v1 Scale: ``replicas`` is
+        omitted when 0)."""
+        replicas = self.pool["spec"]["replicas"]
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {
+                "name": "pool",
+                "namespace": namespace,
+                "resourceVersion": self.pool["rv"],
+            },
+            "spec": {"replicas": replicas} if replicas else {},
+        }
 
     async def get(
         self,
@@ -61,11 +80,7 @@ class FakeScaleApi:
         self.calls.append(("get", f"{resource.plural}/{name}/{subresource}", None))
         if resource.plural != "sandboxwarmpools" or name != "pool":
             raise NotFound(404, "NotFound", "not found")
-        return {
-            "kind": "Scale",
-            "metadata": {"name": name, "namespace": namespace, "resourceVersion": self.pool["rv"]},
-            "spec": {"replicas": self.pool["spec"]["replicas"]},
-        }
+        return self.scale_doc(namespace)
 
     async def patch(
         self,
@@ -76,16 +91,25 @@ class FakeScaleApi:
         *,
         subresource: Any = None,
         field_manager: Any = None,
+        patch_type: Any = None,
     ) -> dict[str, Any]:
         self.calls.append(
             ("patch", f"{resource.plural}/{name}/{subresource}", copy.deepcopy(patch))
         )
+        if subresource == "scale" and self.before_scale_write is not None:
+            self.before_scale_write()
+        if subresource == "scale" and self.conflict_next_scale:
+            self.conflict_next_scale = False
+            self.bump()
+            raise Conflict(409, "Conflict", "the object has been modified")
+        if isinstance(patch, list):  # a JSON patch (of /scale): applied to the Scale as stored
+            assert subresource == "scale" and patch_type == PatchType.JSON
+            scaled = json_patch(self.scale_doc(namespace), patch)
+            self.pool["spec"]["replicas"] = int(scaled["spec"].get("replicas") or 0)
+            self.bump()
+            return self.scale_doc(namespace)
         want = (patch.get("metadata") or {}).get("resourceVersion")
         if subresource == "scale":
-            if self.conflict_next_scale:
-                self.conflict_next_scale = False
-                self.bump()
-                raise Conflict(409, "Conflict", "the object has been modified")
             if want is not None and want != self.pool["rv"]:
                 raise Conflict(409, "Conflict", "the object has been modified")
             self.pool["spec"]["replicas"] = patch["spec"]["replicas"]
@@ -177,7 +201,9 @@ def refresh(informer: FakeInformer, api: FakeScaleApi) -> None:
 
 
 # ------------------------------------------------------------------------------ the writes
-async def test_a_scale_write_is_a_merge_patch_of_scale_with_the_resource_version_read() -> None:
+async def test_a_scale_write_tests_the_replicas_read_not_the_resource_version() -> None:
+    """Autoscaler review #12: the precondition is field-level, a JSON patch of /scale that
+    tests spec.replicas against the value read, then replaces it."""
     api = FakeScaleApi(replicas=2)
     writer = ScaleWriter(api)
     read = await writer.read_scale(SANDBOX_WARM_POOLS, NS, "pool")
@@ -185,17 +211,76 @@ async def test_a_scale_write_is_a_merge_patch_of_scale_with_the_resource_version
     assert await writer.write_scale(SANDBOX_WARM_POOLS, NS, "pool", 5, read) == SCALED
     ((verb, path, body),) = api.writes()
     assert (verb, path) == ("patch", "sandboxwarmpools/pool/scale")
-    assert body == {"spec": {"replicas": 5}, "metadata": {"resourceVersion": read.resource_version}}
+    assert body == [
+        {"op": "test", "path": "/spec/replicas", "value": 2},
+        {"op": "replace", "path": "/spec/replicas", "value": 5},
+    ]
     assert api.pool["spec"]["replicas"] == 5
+
+
+async def test_a_pool_status_write_between_the_read_and_the_scale_write_does_not_fail_it() -> None:
+    """Autoscaler review #12: the pool controller writes the pool's status on every adoption
+    (a new resourceVersion, the same spec.replicas); a scale write racing it goes through."""
+    api = FakeScaleApi(replicas=2)
+    writer = ScaleWriter(api)
+    read = await writer.read_scale(SANDBOX_WARM_POOLS, NS, "pool")
+    api.bump()  # the pool's status write
+    assert await writer.write_scale(SANDBOX_WARM_POOLS, NS, "pool", 5, read) == SCALED
+    assert api.pool["spec"]["replicas"] == 5
+
+
+@pytest.mark.parametrize(("before", "other"), [(2, 8), (0, 2), (2, 0)])
+async def test_another_writers_replicas_between_the_read_and_the_write_stop_it(
+    before: int, other: int
+) -> None:
+    """Autoscaler review #12: another writer's spec.replicas (an HPA, kubectl scale) landing
+    between the read and the write is a conflict (look again), never overwritten — also from
+    or to 0, which a Scale leaves out of its JSON."""
+    api = FakeScaleApi(replicas=before)
+    writer = ScaleWriter(api)
+    read = await writer.read_scale(SANDBOX_WARM_POOLS, NS, "pool")
+    api.pool["spec"]["replicas"] = other
+    api.bump()
+    assert await writer.write_scale(SANDBOX_WARM_POOLS, NS, "pool", 5, read) == CONFLICT
+    assert api.pool["spec"]["replicas"] == other
+
+
+async def test_a_pool_at_0_is_scaled_up_and_down_to_0() -> None:
+    api = FakeScaleApi(replicas=0)
+    writer = ScaleWriter(api)
+    read = await writer.read_scale(SANDBOX_WARM_POOLS, NS, "pool")
+    assert read.replicas == 0
+    api.bump()
+    assert await writer.write_scale(SANDBOX_WARM_POOLS, NS, "pool", 3, read) == SCALED
+    assert api.pool["spec"]["replicas"] == 3
+    read = await writer.read_scale(SANDBOX_WARM_POOLS, NS, "pool")
+    assert await writer.write_scale(SANDBOX_WARM_POOLS, NS, "pool", 0, read) == SCALED
+    assert api.pool["spec"]["replicas"] == 0
 
 
 async def test_a_409_on_the_scale_write_is_a_conflict_not_an_error_and_nothing_changes() -> None:
     api = FakeScaleApi(replicas=2)
     writer = ScaleWriter(api)
     read = await writer.read_scale(SANDBOX_WARM_POOLS, NS, "pool")
-    api.bump()  # someone wrote the pool in between (its status, or another writer)
+    api.conflict_next_scale = True
     assert await writer.write_scale(SANDBOX_WARM_POOLS, NS, "pool", 5, read) == CONFLICT
     assert api.pool["spec"]["replicas"] == 2
+
+
+async def test_a_422_other_than_a_failed_test_is_raised_not_taken_for_a_conflict() -> None:
+    """A scale the API refuses on validation is an error to report, not a race to retry."""
+    api = FakeScaleApi(replicas=2)
+    writer = ScaleWriter(api)
+    read = await writer.read_scale(SANDBOX_WARM_POOLS, NS, "pool")
+
+    async def refuse(*_: Any, **__: Any) -> Any:
+        raise Invalid(
+            422, "Invalid", 'SandboxWarmPool.extensions.agents.x-k8s.io "pool" is invalid'
+        )
+
+    api.patch = refuse  # type: ignore[method-assign]
+    with pytest.raises(Invalid):
+        await writer.write_scale(SANDBOX_WARM_POOLS, NS, "pool", 5, read)
 
 
 async def test_a_missing_target_is_failed_get_scale() -> None:
@@ -286,7 +371,10 @@ async def test_a_pass_writes_scale_then_status_with_preconditions() -> None:
     first, scale, second = (body for _, _, body in api.writes())
     assert first["metadata"] == {"resourceVersion": "1"}
     assert first["status"]["desiredReplicas"] == 3
-    assert scale["spec"] == {"replicas": 3} and scale["metadata"]["resourceVersion"]
+    assert scale == [
+        {"op": "test", "path": "/spec/replicas", "value": 1},
+        {"op": "replace", "path": "/spec/replicas", "value": 3},
+    ]
     # the second status write is conditioned on the answer to the first (the cache lags)
     assert second["metadata"]["resourceVersion"] != "1"
     status = api.autoscaler["status"]  # type: ignore[index]
@@ -316,6 +404,41 @@ async def test_a_409_on_scale_looks_again_within_a_second_and_records_no_scale()
     refresh(informer, api)
     await rec.reconcile(Request(NS, "auto"))  # the next pass: the write goes through
     assert api.pool["spec"]["replicas"] == 3
+
+
+async def test_a_pool_status_write_during_a_pass_does_not_cost_the_scale_write() -> None:
+    """Autoscaler review #12: during a burst the pool controller writes the pool's status on
+    every adoption; one landing between the pass's read and its scale write no longer turns
+    the write into a conflict and a 1 s requeue."""
+    api = FakeScaleApi(replicas=1)
+    rec, _, recorder, _ = setup_reconciler(api, autoscaler_obj())
+    api.before_scale_write = api.bump  # the pool's status write
+    result = await rec.reconcile(Request(NS, "auto"))
+    assert api.pool["spec"]["replicas"] == 3
+    assert result is not None and result.requeue_after == 2.0
+    assert [e[1] for e in recorder.events] == ["SuccessfulRescale"]
+
+
+async def test_another_writer_during_a_pass_stops_the_write_and_is_reported_next() -> None:
+    """Autoscaler review #12: another writer's replicas landing between the pass's read and its
+    scale write are not overwritten; the pass looks again within a second and reports it."""
+    api = FakeScaleApi(replicas=1)
+    rec, informer, recorder, clock = setup_reconciler(api, autoscaler_obj())
+
+    def other_writer() -> None:
+        api.before_scale_write = None
+        api.pool["spec"]["replicas"] = 8
+        api.bump()
+
+    api.before_scale_write = other_writer
+    result = await rec.reconcile(Request(NS, "auto"))
+    assert result is not None and result.requeue_after == 1.0
+    assert api.pool["spec"]["replicas"] == 8 and recorder.events == []
+    refresh(informer, api)
+    clock.now += 1
+    await rec.reconcile(Request(NS, "auto"))
+    assert api.pool["spec"]["replicas"] == 8
+    assert [e[:2] for e in recorder.events] == [("Warning", "ConflictingWriter")]
 
 
 async def test_another_writer_is_reported_and_not_fought() -> None:
