@@ -432,6 +432,7 @@ def our_metrics() -> dict[str, tuple[str, str]]:
         "agentsandbox.controllers.claim.controller",
         "agentsandbox.controllers.warmpool.controller",
         "agentsandbox.controllers.template.controller",
+        "agentsandbox.controllers.autoscaler.controller",
     ):
         importlib.import_module(module)
     values, _ = build_flagset().parse(["--extensions"])

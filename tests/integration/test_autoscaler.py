@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from agentsandbox.api import keys
 from agentsandbox.api.kinds import SANDBOX_CLAIM, SANDBOX_WARM_POOL_AUTOSCALER
@@ -39,6 +41,7 @@ from agentsandbox.controllers.sandbox import controller as sandbox_controller
 from agentsandbox.controllers.warmpool import controller as warmpool
 from agentsandbox.controllers.warmpool.plan import Settings
 from agentsandbox.devcluster.cluster import DevCluster
+from agentsandbox.kube import metrics as kube_metrics
 from agentsandbox.kube.client import Client, PatchType
 from agentsandbox.kube.errors import ApiError, Invalid
 from agentsandbox.kube.manager import Manager
@@ -366,10 +369,21 @@ async def test_another_writer_is_reported_not_fought_and_deleting_leaves_the_las
             within=10,
             what="AbleToScale again",
         )
+        # its decisions are scraped (autoscaler review #18)
+        await eventually(
+            lambda: _scraped("agent_sandbox_warmpool_autoscaler_desired_replicas", ns) == [3.0],
+            within=5,
+            what="the desired size in /metrics",
+        )
 
         # deleting the autoscaler leaves the pool at its last size (no owner, no finalizer)
         await client.delete(SANDBOX_WARM_POOL_AUTOSCALERS, "auto", ns)
         await eventually(lambda: _gone(client, ns), within=10, what="the autoscaler gone")
+        await eventually(
+            lambda: _scraped("agent_sandbox_warmpool_autoscaler_", ns) == [],
+            within=10,
+            what="the autoscaler's series gone from /metrics",
+        )
         await stays(
             lambda: client.get(SANDBOX_WARM_POOLS, "pool", ns),
             accept=lambda pool: (
@@ -455,3 +469,17 @@ async def _launch_types(client: Client, ns: str, n: int) -> dict[str, int] | Non
         kind = sb["metadata"]["labels"][keys.LABEL_LAUNCH_TYPE]
         counts[kind] = counts.get(kind, 0) + 1
     return counts if sum(counts.values()) >= n else None
+
+
+def _scraped(prefix: str, ns: str) -> list[float]:
+    """The values of the samples named ``prefix``... of autoscaler ``auto`` in ``ns``, from the
+    process's /metrics text (the controllers run in this process)."""
+    text = generate_latest(kube_metrics.REGISTRY).decode()
+    return [
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith(prefix)
+        and s.labels.get("autoscaler") == "auto"
+        and s.labels.get("namespace") == ns
+    ]

@@ -71,3 +71,26 @@ def test_every_family_the_rules_query_is_documented() -> None:
     )
     assert SERVED in queried
     assert not missing, missing
+
+
+CREATES = "agent_sandbox_warmpool_sandbox_creates_total"
+BEFORE_READY = "agent_sandbox_warmpool_sandbox_deletes_before_ready_total"
+
+
+def test_the_pool_churn_alert_fires_when_deletes_before_ready_are_a_large_share_of_creates() -> (
+    None
+):
+    """Autoscaler review #18: a pool that deletes many of the sandboxes it creates before they
+    were Ready (an autoscaler or another writer flapping its size, sandboxes stuck and replaced)
+    for 15 minutes, per pool, above a threshold share, with enough creates to mean something."""
+    rule = alerts()["AgentSandboxWarmPoolChurn"]
+    expr = " ".join(rule["expr"].split())
+    assert rule["for"] == "15m"
+    assert BEFORE_READY in expr
+    assert expr.count(CREATES) >= 2, "the denominator and the minimum-creates guard"
+    assert 'result="success"' in expr
+    assert "by (namespace, pool)" in expr, "per pool"
+    assert "[15m]" in expr
+    assert re.search(r"\)\s*>\s*0\.\d+\b", expr), "the threshold share"
+    assert re.search(r"\[15m\]\)\s*\)\s*>=\s*\d+", expr), "a minimum number of creates"
+    assert "{{ $labels.pool }}" in rule["annotations"]["summary"]

@@ -56,6 +56,7 @@ from agentsandbox.controllers.autoscaler.handlers import (
     AutoscalerWatches,
     target_index,
 )
+from agentsandbox.controllers.autoscaler.metrics import record, remove_series
 from agentsandbox.controllers.autoscaler.plan import Memory, Observation, Policy, decide
 from agentsandbox.controllers.autoscaler.rules import (
     EVENT_AMBIGUOUS_TARGET,
@@ -204,6 +205,7 @@ class AutoscalerReconciler:
         autoscaler = self.autoscalers.get(req.name, req.namespace)
         if autoscaler is None:
             self._memory.pop(str(req), None)
+            remove_series(req.namespace, req.name)
             return None
         if autoscaler["metadata"].get("deletionTimestamp"):
             return None
@@ -281,6 +283,7 @@ class AutoscalerReconciler:
             memory.seeded = True
             memory.plan.recommendations.append((obs.now, scale.replicas))
         decision = decide(obs, policy_of(spec, self.settings), memory.plan)
+        record(req.namespace, req.name, decision, scale.replicas)
         own = memory.ownership or Ownership()
         verdict = arbitrate(generation, own, target_text, scale.replicas, decision.replicas)
         memory.ownership = verdict.ownership

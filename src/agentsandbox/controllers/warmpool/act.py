@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentsandbox.api import keys
+from agentsandbox.api.conditions import is_sandbox_ready
 from agentsandbox.api.kinds import SANDBOX_WARM_POOL
 from agentsandbox.api.owners import (
     AlreadyOwnedError,
@@ -34,6 +35,7 @@ from agentsandbox.controllers.warmpool.metrics import (
     CREATES,
     CURRENT,
     DELETES,
+    DELETES_BEFORE_READY,
     DESIRED,
     READY,
 )
@@ -392,6 +394,8 @@ class PoolWriter:
             self.expectations.deletion_failed(pool_uid, meta["uid"])
             raise
         DELETES.labels(ns, name, reason).inc()
+        if mine and not is_sandbox_ready(sb):
+            DELETES_BEFORE_READY.labels(ns, name).inc()  # churn: made, then deleted unused
         return DELETED
 
     async def write_status(
@@ -412,6 +416,7 @@ class PoolWriter:
         DESIRED.labels(ns, name).set(pool_replicas(pool))
         CURRENT.labels(ns, name).set(status["replicas"])
         READY.labels(ns, name).set(status["readyReplicas"])
+        DELETES_BEFORE_READY.labels(ns, name)  # at 0 from the first pass: a churn ratio exists
         if not all(old.get(k) == v for k, v in status.items()):
             body = {
                 "apiVersion": SANDBOX_WARM_POOL.api_version,

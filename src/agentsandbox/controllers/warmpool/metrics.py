@@ -40,6 +40,12 @@ DELETES = Counter(
     ["namespace", "pool", "reason"],
     registry=_R,
 )
+DELETES_BEFORE_READY = Counter(
+    "agent_sandbox_warmpool_sandbox_deletes_before_ready_total",
+    "Deletes by warm pools of their own sandboxes whose Ready condition was not True (churn)",
+    ["namespace", "pool"],
+    registry=_R,
+)
 ADOPTIONS = Counter(
     "agent_sandbox_warmpool_adoptions_total",
     "Orphan sandboxes adopted by warm pools",
@@ -62,6 +68,7 @@ def remove_series(ns: str, name: str) -> None:
         (CURRENT, ()),
         (READY, ()),
         (ADOPTIONS, ()),
+        (DELETES_BEFORE_READY, ()),
         (TIME_TO_READY, ()),
         (CREATES, ("success",)),
         (CREATES, ("error",)),
@@ -75,14 +82,12 @@ def remove_series(ns: str, name: str) -> None:
 DELETE_REASONS = ("stale", "stuck", "excess")
 
 
-DELETE_REASONS = ("stale", "stuck", "excess")
-
-
 __all__ = [
     "ADOPTIONS",
     "CREATES",
     "CURRENT",
     "DELETES",
+    "DELETES_BEFORE_READY",
     "DELETE_REASONS",
     "DESIRED",
     "READY",

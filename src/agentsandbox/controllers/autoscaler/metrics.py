@@ -1,0 +1,132 @@
+"""The SandboxWarmPoolAutoscaler's metric families (autoscaler review #18) and their clean-up.
+
+Per autoscaler, labelled ``(namespace, autoscaler)``: the last decision's sizes (desired, base,
+burst headroom), its predicted warm share and the measured inputs it used (claim arrival rate,
+refill time), the target's ``spec.replicas`` as read, and the decisions taken by reason. The
+reconciler calls :func:`record` after each decision and :func:`remove_series` once the autoscaler
+is gone, so label values are only those of autoscalers that exist; ``reason`` is one of the
+decision reasons of :mod:`.plan` or ``other``. A pass that decides nothing (an ambiguous or
+unreadable target, a target of another kind) leaves the last decision's values in place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Final
+
+from prometheus_client import Counter, Gauge
+
+from agentsandbox.controllers.autoscaler import plan
+from agentsandbox.controllers.autoscaler.plan import Decision
+from agentsandbox.kube import metrics as kube_metrics
+
+_R = kube_metrics.REGISTRY
+_LABELS = ("namespace", "autoscaler")
+_PREFIX = "agent_sandbox_warmpool_autoscaler_"
+
+DESIRED = Gauge(
+    _PREFIX + "desired_replicas",
+    "The size the autoscaler's last decision set for its pool (within min..max)",
+    _LABELS,
+    registry=_R,
+)
+CURRENT = Gauge(
+    _PREFIX + "current_replicas",
+    "The target pool's spec.replicas as the autoscaler last read it",
+    _LABELS,
+    registry=_R,
+)
+BASE = Gauge(
+    _PREFIX + "base_replicas",
+    "The Erlang-B size for the claims outside bursts (stabilised, within min..max)",
+    _LABELS,
+    registry=_R,
+)
+HEADROOM = Gauge(
+    _PREFIX + "burst_headroom_replicas",
+    "Sandboxes added to the base size for a burst (predicted, ongoing or unpredictable)",
+    _LABELS,
+    registry=_R,
+)
+PREDICTED_WARM_SHARE = Gauge(
+    _PREFIX + "predicted_warm_share",
+    "The share of claims the last decision's size serves warm, by Erlang-B",
+    _LABELS,
+    registry=_R,
+)
+ARRIVAL_RATE = Gauge(
+    _PREFIX + "claim_arrival_rate",
+    "Claims per second the last decision measured for the pool",
+    _LABELS,
+    registry=_R,
+)
+REFILL = Gauge(
+    _PREFIX + "refill_seconds",
+    "The mean create -> Ready time the last decision used (with the refill overhead)",
+    _LABELS,
+    registry=_R,
+)
+DECISIONS = Counter(
+    _PREFIX + "decisions_total",
+    "Autoscaler decisions by reason",
+    [*_LABELS, "reason"],
+    registry=_R,
+)
+
+#: The decision reasons of :mod:`.plan`; any other is counted as :data:`OTHER`.
+REASONS: Final = (
+    plan.REASON_NO_DATA,
+    plan.REASON_BOOTSTRAP,
+    plan.REASON_SCALED_UP,
+    plan.REASON_SCALED_DOWN,
+    plan.REASON_HOLDING,
+    plan.REASON_AT_MINIMUM,
+    plan.REASON_AT_MAXIMUM,
+    plan.REASON_STEADY,
+)
+OTHER: Final = "other"
+_GAUGES: Final = (DESIRED, CURRENT, BASE, HEADROOM, PREDICTED_WARM_SHARE, ARRIVAL_RATE, REFILL)
+
+
+def reason_label(reason: str) -> str:
+    """A decision's reason as a bounded label value."""
+    return reason if reason in REASONS else OTHER
+
+
+def record(namespace: str, name: str, decision: Decision, current: int) -> None:
+    """One decision of autoscaler ``namespace/name``; ``current``: the target's replicas read."""
+    DESIRED.labels(namespace, name).set(decision.replicas)
+    CURRENT.labels(namespace, name).set(current)
+    BASE.labels(namespace, name).set(decision.base_replicas)
+    HEADROOM.labels(namespace, name).set(decision.burst_headroom)
+    PREDICTED_WARM_SHARE.labels(namespace, name).set(decision.predicted_warm_share)
+    ARRIVAL_RATE.labels(namespace, name).set(decision.arrival_rate)
+    REFILL.labels(namespace, name).set(decision.refill_time)
+    DECISIONS.labels(namespace, name, reason_label(decision.reason)).inc()
+
+
+def remove_series(namespace: str, name: str) -> None:
+    """Drop every series of a deleted autoscaler."""
+    for gauge in _GAUGES:
+        with contextlib.suppress(KeyError):
+            gauge.remove(namespace, name)
+    for reason in (*REASONS, OTHER):
+        with contextlib.suppress(KeyError):
+            DECISIONS.remove(namespace, name, reason)
+
+
+__all__ = [
+    "ARRIVAL_RATE",
+    "BASE",
+    "CURRENT",
+    "DECISIONS",
+    "DESIRED",
+    "HEADROOM",
+    "OTHER",
+    "PREDICTED_WARM_SHARE",
+    "REASONS",
+    "REFILL",
+    "reason_label",
+    "record",
+    "remove_series",
+]
