@@ -19,6 +19,10 @@ into windows kept in memory (a restart refills them from the objects' timestamps
   between them would bias the sample or drop it. After a restart the decision is ``NoData``
   (holding the current size) until the first member created since is Ready.
 
+The circuit breaker's inputs (:func:`.plan.decide`) are read from the caches at each pass: the
+pool's Ready condition, the ``creationTimestamp`` of its not-Ready members (an index of the
+sandbox informer by controlling pool) and the last Ready transition of a member the windows saw.
+
 Each pass reads the target's ``/scale``, decides, applies the other-writer rule, writes
 ``/scale`` if allowed, then the status; Events on every size change and writer conflict. Passes
 come on events (a claim, a sandbox turning Ready, the pool or the autoscaler changing; at most
@@ -37,14 +41,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from agentsandbox.api.conditions import FALSE, TRUE
+from agentsandbox.api.conditions import FALSE, TRUE, find_condition, is_sandbox_ready
 from agentsandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_WARM_POOL_AUTOSCALERS,
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
-from agentsandbox.api.timefmt import format_rfc3339
+from agentsandbox.api.timefmt import format_rfc3339, parse_rfc3339
 from agentsandbox.controllers.autoscaler.act import (
     CONFLICT,
     ScaleWriter,
@@ -52,6 +56,7 @@ from agentsandbox.controllers.autoscaler.act import (
     is_sandbox_warm_pool,
 )
 from agentsandbox.controllers.autoscaler.handlers import (
+    POOL_MEMBER_INDEX,
     TARGET_INDEX,
     AutoscalerWatches,
     target_index,
@@ -74,6 +79,7 @@ from agentsandbox.controllers.autoscaler.rules import (
     merge_conditions,
 )
 from agentsandbox.controllers.autoscaler.source import Windows
+from agentsandbox.controllers.warmpool.plan import NOT_PROGRESSING_REASONS
 from agentsandbox.kube.builder import ControllerBuilder
 from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.errors import Conflict, KubeError
@@ -150,6 +156,7 @@ class AutoscalerReconciler:
         self.writer = writer
         self.autoscalers = autoscalers
         self.pools = pools
+        self.sandboxes = sandboxes
         self.recorder = recorder
         self.settings = settings or Settings()
         self.clock = clock
@@ -180,11 +187,30 @@ class AutoscalerReconciler:
         template = ((pool or {}).get("spec") or {}).get("sandboxTemplateRef") or {}
         if template.get("name"):
             keys.append(f"{namespace}/template/{template['name']}")
+        now = self.clock()
+        # the circuit breaker's inputs: the pool's Ready condition, and its not-Ready members'
+        # age (creationTimestamp is the API server's clock: a skew of seconds against a limit
+        # of minutes)
+        cond = find_condition(((pool or {}).get("status") or {}).get("conditions"), "Ready") or {}
+        stuck = cond.get("status") != TRUE and cond.get("reason") in NOT_PROGRESSING_REASONS
+        created = [
+            parse_rfc3339(str(sb["metadata"]["creationTimestamp"])).timestamp()
+            for sb in self.sandboxes.by_index(POOL_MEMBER_INDEX, f"{namespace}/{pool_name}")
+            if not is_sandbox_ready(sb)
+            and not sb["metadata"].get("deletionTimestamp")
+            and sb["metadata"].get("creationTimestamp")
+        ]
         return Observation(
-            now=self.clock(),
+            now=now,
             arrivals=self.windows.arrivals_for(keys),
             refill_seconds=self.windows.refills_for(f"{namespace}/{pool_name}"),
             current_replicas=current,
+            oldest_not_ready_age=max(0.0, now - min(created)) if created else None,
+            pool_progressing=not stuck,
+            pool_condition=f"{cond.get('reason')}: {cond.get('message') or ''}".rstrip(": ")
+            if stuck
+            else "",
+            last_ready_age=self.windows.last_ready_age(f"{namespace}/{pool_name}"),
         )
 
     def _memory_of(self, autoscaler: KubeObject) -> AutoscalerMemory:
@@ -280,13 +306,21 @@ class AutoscalerReconciler:
             # before any scale-down, as if it had recommended it: its measurements start empty
             memory.seeded = True
             memory.plan.recommendations.append((obs.now, scale.replicas))
+        tripped = memory.plan.breaker_since
         decision = decide(obs, policy_of(spec, self.settings), memory.plan)
+        if decision.stalled and memory.plan.breaker_since != tripped:
+            # the circuit breaker tripped in this pass: one Warning per trip
+            self._emit(autoscaler, "Warning", decision.reason, decision.message)
         own = memory.ownership or Ownership()
         verdict = arbitrate(generation, own, target_text, scale.replicas, decision.replicas)
         memory.ownership = verdict.ownership
         for type_, reason, note in verdict.events:
             self._emit(autoscaler, type_, reason, note)
-        active = (TRUE, condition_reason(decision.reason), decision.message)
+        active = (
+            FALSE if decision.stalled else TRUE,
+            condition_reason(decision.reason),
+            decision.message,
+        )
         status_in = StatusInput(generation, scale.replicas, decision, verdict.able, active)
         if verdict.write is None:
             written = await self._write_status(autoscaler, memory, status_in, now_text)
