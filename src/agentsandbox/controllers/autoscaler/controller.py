@@ -24,7 +24,9 @@ pool's Ready condition, the ``creationTimestamp`` of its not-Ready members (an i
 sandbox informer by controlling pool) and the last Ready transition of a member the windows saw.
 
 Each pass reads the target's ``/scale``, decides, applies the other-writer rule, writes
-``/scale`` if allowed, then the status; Events on every size change and writer conflict. Passes
+``/scale`` if allowed, then the status; Events on every size change and writer conflict. The
+status carries a ``SharedTemplate`` condition while other pools of the target's template are
+autoscaled too (each counts every claim naming the template). Passes
 come on events (a claim, a sandbox turning Ready, the pool or the autoscaler changing; at most
 one per second per autoscaler) and every ``sync_period`` seconds.
 
@@ -57,6 +59,7 @@ from agentsandbox.controllers.autoscaler.act import (
 )
 from agentsandbox.controllers.autoscaler.handlers import (
     POOL_MEMBER_INDEX,
+    POOL_TEMPLATE_INDEX,
     TARGET_INDEX,
     AutoscalerWatches,
     target_index,
@@ -181,6 +184,35 @@ class AutoscalerReconciler:
             and not other["metadata"].get("deletionTimestamp")
         ]
 
+    def shared_template(self, namespace: str, pool_name: str) -> str | None:
+        """The SharedTemplate message when other pools of the target's template have a live
+        autoscaler: each of them counts every claim that names the template."""
+        pool = self.pools.get(pool_name, namespace)
+        template = (((pool or {}).get("spec") or {}).get("sandboxTemplateRef") or {}).get("name")
+        if not template:
+            return None
+        others = []
+        for other in self.pools.by_index(POOL_TEMPLATE_INDEX, f"{namespace}/{template}"):
+            name = str(other["metadata"]["name"])
+            if name == pool_name:
+                continue
+            autoscalers = sorted(
+                str(a["metadata"]["name"])
+                for a in self.autoscalers.by_index(TARGET_INDEX, f"{namespace}/{name}")
+                if not a["metadata"].get("deletionTimestamp")
+            )
+            if autoscalers:
+                others.append(f"{name} (autoscaler {', '.join(autoscalers)})")
+        if not others:
+            return None
+        return (
+            f"SandboxTemplate {template} is also the template of the autoscaled pools "
+            f"{', '.join(sorted(others))}: a claim naming the template (warmpool absent or "
+            f"default) is counted by each of the {len(others) + 1} pools' autoscalers, so "
+            "together they are sized for those claims several times over; claims that name "
+            "their pool (warmPoolRef, or warmpool: <pool>) are counted once"
+        )
+
     def observe(self, namespace: str, pool_name: str, current: int) -> Observation:
         pool = self.pools.get(pool_name, namespace)
         keys = [f"{namespace}/pool/{pool_name}"]
@@ -239,6 +271,11 @@ class AutoscalerReconciler:
         spec = autoscaler.get("spec") or {}
         ref = spec.get("scaleTargetRef") or {}
         target_text = f"{ref.get('kind')}/{ref.get('name')}"
+        shared = (
+            self.shared_template(req.namespace, str(ref.get("name")))
+            if is_sandbox_warm_pool(str(ref.get("apiVersion")), str(ref.get("kind")))
+            else None
+        )
         now = self.clock()
         now_text = format_rfc3339(datetime.fromtimestamp(now, UTC))
         requeue = self.settings.sync_period
@@ -263,7 +300,10 @@ class AutoscalerReconciler:
             )
             stopped = (FALSE, REASON_AMBIGUOUS_TARGET, message)
             await self._write_status(
-                autoscaler, memory, StatusInput(generation, None, None, stopped, stopped), now_text
+                autoscaler,
+                memory,
+                StatusInput(generation, None, None, stopped, stopped, shared_template=shared),
+                now_text,
             )
             return Result(requeue_after=requeue)
 
@@ -278,7 +318,10 @@ class AutoscalerReconciler:
             )
             failed = (FALSE, err.reason, err.message)
             await self._write_status(
-                autoscaler, memory, StatusInput(generation, None, None, failed, failed), now_text
+                autoscaler,
+                memory,
+                StatusInput(generation, None, None, failed, failed, shared_template=shared),
+                now_text,
             )
             return Result(requeue_after=requeue)
 
@@ -321,7 +364,9 @@ class AutoscalerReconciler:
             condition_reason(decision.reason),
             decision.message,
         )
-        status_in = StatusInput(generation, scale.replicas, decision, verdict.able, active)
+        status_in = StatusInput(
+            generation, scale.replicas, decision, verdict.able, active, shared_template=shared
+        )
         if verdict.write is None:
             written = await self._write_status(autoscaler, memory, status_in, now_text)
             return Result(requeue_after=requeue if written else min(requeue, CONFLICT_RECHECK))
@@ -344,7 +389,9 @@ class AutoscalerReconciler:
             await self._write_status(
                 autoscaler,
                 memory,
-                StatusInput(generation, scale.replicas, decision, failed, active),
+                StatusInput(
+                    generation, scale.replicas, decision, failed, active, shared_template=shared
+                ),
                 now_text,
             )
             raise
@@ -379,6 +426,7 @@ class AutoscalerReconciler:
                 "reason": condition_reason(decision.reason),
                 "message": decision.message,
             },
+            shared_template=shared,
         )
         await self._write_status(autoscaler, memory, done, now_text)
         return Result(requeue_after=requeue)
