@@ -45,6 +45,7 @@ Ready one is left; here such a claim is cold), the claim's own writes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import functools
 import heapq
@@ -264,6 +265,7 @@ class Simulation:
         self.arrivals: deque[float] = deque()
         self.refills: deque[float] = deque(maxlen=cfg.refill_samples)
         self.memory = Memory()
+        self.last_ready: float | None = None  # when a member last became Ready
         self.informed: Informed | None = None
         if cfg.informed or cfg.restarts or cfg.skew:
             self.informed = Informed(
@@ -435,6 +437,7 @@ class Simulation:
             member.obj["status"] = READY_STATUS
         del self.pending[uid]
         self.ready[uid] = None
+        self.last_ready = t
         self.refills.append(t - member.created)
 
     def _decide(self, t: float) -> None:
@@ -451,6 +454,15 @@ class Simulation:
                 refill_seconds=list(self.refills),
                 current_replicas=self.replicas,
             )
+        # the circuit breaker's inputs: the oldest not-Ready member's age (pending is oldest
+        # first), the last Ready transition; the pool always progresses (never_ready members
+        # are stuck, replaced at the readiness deadline: the pool's Ready reason is Scaling)
+        oldest = next(iter(self.pending), None)
+        obs = dataclasses.replace(
+            obs,
+            oldest_not_ready_age=t - self.members[oldest].created if oldest else None,
+            last_ready_age=t - self.last_ready if self.last_ready is not None else None,
+        )
         d = decide(obs, self.policy, self.memory)
         self.result.decisions += 1
         self.result.reasons[d.reason] = self.result.reasons.get(d.reason, 0) + 1

@@ -168,6 +168,27 @@ def test_never_ready_serves_no_claim_warm_and_replaces_stuck_members() -> None:
     assert all(ready == 0 for _, _, _, ready in static.series)
 
 
+def test_never_ready_members_trip_the_breaker_and_the_size_stops_growing() -> None:
+    """Autoscaler review finding 14: the pool was healthy (a refill time is remembered, 2 s),
+    then its members stop becoming Ready while the claim rate rises from 0.2/s to 2/s. Once
+    the oldest not-Ready member is older than the breaker's limit the desired size never grows
+    again (without the breaker it follows the rate on the remembered refill time)."""
+    slow = traces.steady(seed=3, rate=0.2, duration=300)
+    fast = traces.steady(seed=4, rate=2.0, duration=600)
+    arrivals = slow.arrivals + [300.0 + t for t in fast.arrivals]
+    trace = traces.Trace("step", arrivals, 120.0, 900.0)
+    sim = Simulation(Config(trace, Fixed(2.0), warmup=0.0, never_ready=True))
+    sim.memory.refill_mean, sim.memory.refill_p99 = 2.0, 2.0
+    sim.memory.refill_sorted = [2.0] * 50
+    result = sim.run()
+    assert result.warm_all == 0
+    assert result.reasons.get("MembersNeverReady", 0) > 0
+    trip = sim.memory.breaker_since
+    assert trip is not None and trip < 300.0
+    at_trip = next(r for t, r, _, _ in result.series if t >= trip)
+    assert max(r for t, r, _, _ in result.series if t >= trip) <= at_trip
+
+
 def test_gzipped_csv_reads_the_same_as_plain(tmp_path: Path) -> None:
     text = "created\n" + "".join(f"{t + 100:.3f}\n" for t in (0.0, 1.5, 1.5, 7.25))
     plain = tmp_path / "c.csv"

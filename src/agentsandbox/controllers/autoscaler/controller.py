@@ -19,8 +19,14 @@ into windows kept in memory (a restart refills them from the objects' timestamps
   between them would bias the sample or drop it. After a restart the decision is ``NoData``
   (holding the current size) until the first member created since is Ready.
 
+The circuit breaker's inputs (:func:`.plan.decide`) are read from the caches at each pass: the
+pool's Ready condition, the ``creationTimestamp`` of its not-Ready members (an index of the
+sandbox informer by controlling pool) and the last Ready transition of a member the windows saw.
+
 Each pass reads the target's ``/scale``, decides, applies the other-writer rule, writes
-``/scale`` if allowed, then the status; Events on every size change and writer conflict. Passes
+``/scale`` if allowed, then the status; Events on every size change and writer conflict. The
+status carries a ``SharedTemplate`` condition while other pools of the target's template are
+autoscaled too (each counts every claim naming the template). Passes
 come on events (a claim, a sandbox turning Ready, the pool or the autoscaler changing; at most
 one per second per autoscaler) and every ``sync_period`` seconds.
 
@@ -37,14 +43,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from agentsandbox.api.conditions import FALSE, TRUE
+from agentsandbox.api.conditions import FALSE, TRUE, find_condition, is_sandbox_ready
 from agentsandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_WARM_POOL_AUTOSCALERS,
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
-from agentsandbox.api.timefmt import format_rfc3339
+from agentsandbox.api.timefmt import format_rfc3339, parse_rfc3339
 from agentsandbox.controllers.autoscaler.act import (
     CONFLICT,
     ScaleWriter,
@@ -52,6 +58,8 @@ from agentsandbox.controllers.autoscaler.act import (
     is_sandbox_warm_pool,
 )
 from agentsandbox.controllers.autoscaler.handlers import (
+    POOL_MEMBER_INDEX,
+    POOL_TEMPLATE_INDEX,
     TARGET_INDEX,
     AutoscalerWatches,
     target_index,
@@ -75,6 +83,7 @@ from agentsandbox.controllers.autoscaler.rules import (
     merge_conditions,
 )
 from agentsandbox.controllers.autoscaler.source import Windows
+from agentsandbox.controllers.warmpool.plan import NOT_PROGRESSING_REASONS
 from agentsandbox.kube.builder import ControllerBuilder
 from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.errors import Conflict, KubeError
@@ -151,6 +160,7 @@ class AutoscalerReconciler:
         self.writer = writer
         self.autoscalers = autoscalers
         self.pools = pools
+        self.sandboxes = sandboxes
         self.recorder = recorder
         self.settings = settings or Settings()
         self.clock = clock
@@ -175,17 +185,65 @@ class AutoscalerReconciler:
             and not other["metadata"].get("deletionTimestamp")
         ]
 
+    def shared_template(self, namespace: str, pool_name: str) -> str | None:
+        """The SharedTemplate message when other pools of the target's template have a live
+        autoscaler: each of them counts every claim that names the template."""
+        pool = self.pools.get(pool_name, namespace)
+        template = (((pool or {}).get("spec") or {}).get("sandboxTemplateRef") or {}).get("name")
+        if not template:
+            return None
+        others = []
+        for other in self.pools.by_index(POOL_TEMPLATE_INDEX, f"{namespace}/{template}"):
+            name = str(other["metadata"]["name"])
+            if name == pool_name:
+                continue
+            autoscalers = sorted(
+                str(a["metadata"]["name"])
+                for a in self.autoscalers.by_index(TARGET_INDEX, f"{namespace}/{name}")
+                if not a["metadata"].get("deletionTimestamp")
+            )
+            if autoscalers:
+                others.append(f"{name} (autoscaler {', '.join(autoscalers)})")
+        if not others:
+            return None
+        return (
+            f"SandboxTemplate {template} is also the template of the autoscaled pools "
+            f"{', '.join(sorted(others))}: a claim naming the template (warmpool absent or "
+            f"default) is counted by each of the {len(others) + 1} pools' autoscalers, so "
+            "together they are sized for those claims several times over; claims that name "
+            "their pool (warmPoolRef, or warmpool: <pool>) are counted once"
+        )
+
     def observe(self, namespace: str, pool_name: str, current: int) -> Observation:
         pool = self.pools.get(pool_name, namespace)
         keys = [f"{namespace}/pool/{pool_name}"]
         template = ((pool or {}).get("spec") or {}).get("sandboxTemplateRef") or {}
         if template.get("name"):
             keys.append(f"{namespace}/template/{template['name']}")
+        now = self.clock()
+        # the circuit breaker's inputs: the pool's Ready condition, and its not-Ready members'
+        # age (creationTimestamp is the API server's clock: a skew of seconds against a limit
+        # of minutes)
+        cond = find_condition(((pool or {}).get("status") or {}).get("conditions"), "Ready") or {}
+        stuck = cond.get("status") != TRUE and cond.get("reason") in NOT_PROGRESSING_REASONS
+        created = [
+            parse_rfc3339(str(sb["metadata"]["creationTimestamp"])).timestamp()
+            for sb in self.sandboxes.by_index(POOL_MEMBER_INDEX, f"{namespace}/{pool_name}")
+            if not is_sandbox_ready(sb)
+            and not sb["metadata"].get("deletionTimestamp")
+            and sb["metadata"].get("creationTimestamp")
+        ]
         return Observation(
-            now=self.clock(),
+            now=now,
             arrivals=self.windows.arrivals_for(keys),
             refill_seconds=self.windows.refills_for(f"{namespace}/{pool_name}"),
             current_replicas=current,
+            oldest_not_ready_age=max(0.0, now - min(created)) if created else None,
+            pool_progressing=not stuck,
+            pool_condition=f"{cond.get('reason')}: {cond.get('message') or ''}".rstrip(": ")
+            if stuck
+            else "",
+            last_ready_age=self.windows.last_ready_age(f"{namespace}/{pool_name}"),
         )
 
     def _memory_of(self, autoscaler: KubeObject) -> AutoscalerMemory:
@@ -215,6 +273,11 @@ class AutoscalerReconciler:
         spec = autoscaler.get("spec") or {}
         ref = spec.get("scaleTargetRef") or {}
         target_text = f"{ref.get('kind')}/{ref.get('name')}"
+        shared = (
+            self.shared_template(req.namespace, str(ref.get("name")))
+            if is_sandbox_warm_pool(str(ref.get("apiVersion")), str(ref.get("kind")))
+            else None
+        )
         now = self.clock()
         now_text = format_rfc3339(datetime.fromtimestamp(now, UTC))
         requeue = self.settings.sync_period
@@ -239,7 +302,10 @@ class AutoscalerReconciler:
             )
             stopped = (FALSE, REASON_AMBIGUOUS_TARGET, message)
             await self._write_status(
-                autoscaler, memory, StatusInput(generation, None, None, stopped, stopped), now_text
+                autoscaler,
+                memory,
+                StatusInput(generation, None, None, stopped, stopped, shared_template=shared),
+                now_text,
             )
             return Result(requeue_after=requeue)
 
@@ -254,7 +320,10 @@ class AutoscalerReconciler:
             )
             failed = (FALSE, err.reason, err.message)
             await self._write_status(
-                autoscaler, memory, StatusInput(generation, None, None, failed, failed), now_text
+                autoscaler,
+                memory,
+                StatusInput(generation, None, None, failed, failed, shared_template=shared),
+                now_text,
             )
             return Result(requeue_after=requeue)
 
@@ -282,15 +351,25 @@ class AutoscalerReconciler:
             # before any scale-down, as if it had recommended it: its measurements start empty
             memory.seeded = True
             memory.plan.recommendations.append((obs.now, scale.replicas))
+        tripped = memory.plan.breaker_since
         decision = decide(obs, policy_of(spec, self.settings), memory.plan)
         record(req.namespace, req.name, decision, scale.replicas)
+        if decision.stalled and memory.plan.breaker_since != tripped:
+            # the circuit breaker tripped in this pass: one Warning per trip
+            self._emit(autoscaler, "Warning", decision.reason, decision.message)
         own = memory.ownership or Ownership()
         verdict = arbitrate(generation, own, target_text, scale.replicas, decision.replicas)
         memory.ownership = verdict.ownership
         for type_, reason, note in verdict.events:
             self._emit(autoscaler, type_, reason, note)
-        active = (TRUE, condition_reason(decision.reason), decision.message)
-        status_in = StatusInput(generation, scale.replicas, decision, verdict.able, active)
+        active = (
+            FALSE if decision.stalled else TRUE,
+            condition_reason(decision.reason),
+            decision.message,
+        )
+        status_in = StatusInput(
+            generation, scale.replicas, decision, verdict.able, active, shared_template=shared
+        )
         if verdict.write is None:
             written = await self._write_status(autoscaler, memory, status_in, now_text)
             return Result(requeue_after=requeue if written else min(requeue, CONFLICT_RECHECK))
@@ -313,7 +392,9 @@ class AutoscalerReconciler:
             await self._write_status(
                 autoscaler,
                 memory,
-                StatusInput(generation, scale.replicas, decision, failed, active),
+                StatusInput(
+                    generation, scale.replicas, decision, failed, active, shared_template=shared
+                ),
                 now_text,
             )
             raise
@@ -348,6 +429,7 @@ class AutoscalerReconciler:
                 "reason": condition_reason(decision.reason),
                 "message": decision.message,
             },
+            shared_template=shared,
         )
         await self._write_status(autoscaler, memory, done, now_text)
         return Result(requeue_after=requeue)

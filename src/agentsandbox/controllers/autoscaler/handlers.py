@@ -7,13 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from agentsandbox.controllers.autoscaler.act import is_sandbox_warm_pool
-from agentsandbox.controllers.autoscaler.source import Windows
+from agentsandbox.controllers.autoscaler.source import Windows, pool_of
 from agentsandbox.kube.informer import Informer
 from agentsandbox.kube.reconcile import Request
 from agentsandbox.kube.store import KubeObject
 
 TARGET_INDEX = "autoscaler-target"  # autoscalers by "<namespace>/<pool name>"
 POOL_TEMPLATE_INDEX = "autoscaler-pool-template"  # pools by "<namespace>/<template name>"
+POOL_MEMBER_INDEX = "autoscaler-pool-member"  # sandboxes by "<namespace>/<controlling pool>"
 
 
 def target_index(autoscaler: KubeObject) -> list[str]:
@@ -29,6 +30,11 @@ def pool_template_index(pool: KubeObject) -> list[str]:
     meta = pool.get("metadata") or {}
     name = ((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name")
     return [f"{meta.get('namespace', '')}/{name}"] if name else []
+
+
+def pool_member_index(sb: KubeObject) -> list[str]:
+    pool = pool_of(sb)
+    return [pool] if pool is not None else []
 
 
 class AutoscalerWatches:
@@ -50,6 +56,7 @@ class AutoscalerWatches:
         self.enqueue: Callable[[Request], None] | None = None  # set by setup()
         autoscalers.add_index(TARGET_INDEX, target_index)
         pools.add_index(POOL_TEMPLATE_INDEX, pool_template_index)
+        sandboxes.add_index(POOL_MEMBER_INDEX, pool_member_index)
         claims.add_handler(self._on_claim, None, None)
         self._replaying = True  # add_handler hands over the cached sandboxes: not seen created
         try:
@@ -102,9 +109,11 @@ class AutoscalerWatches:
 
 
 __all__ = [
+    "POOL_MEMBER_INDEX",
     "POOL_TEMPLATE_INDEX",
     "TARGET_INDEX",
     "AutoscalerWatches",
+    "pool_member_index",
     "pool_template_index",
     "target_index",
 ]

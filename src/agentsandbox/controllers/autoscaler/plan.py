@@ -35,6 +35,10 @@ pool that creates nothing never gives a refill sample.
 ``scale_down_window`` seconds (HPA's rule). The learned burst schedule is a forecast, not noise,
 so it is not stabilised: its headroom comes at the predicted time and goes as the burst is served.
 
+**The circuit breaker** (:func:`decide` around the sizing): while the pool's members do not
+become Ready, or the pool reports it cannot progress, the size never grows (the refill time is
+stale); reason ``MembersNeverReady`` / ``PoolNotReady``, :attr:`Decision.stalled`.
+
 **Optional: the target over a horizon** (``Policy.warm_share_horizon`` > 0): the base size
 minimises ``N + price·λ·ErlangB(N, λT)``, the price adapted so that the predicted cold share over
 the horizon meets ``1 - target`` (quiet hours may run below the target where that costs few
@@ -51,7 +55,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 REASON_NO_DATA = "NoData"
 REASON_BOOTSTRAP = "Bootstrap"
@@ -61,6 +65,9 @@ REASON_HOLDING = "HoldingForWindow"
 REASON_AT_MINIMUM = "AtMinimum"
 REASON_AT_MAXIMUM = "AtMaximum"
 REASON_STEADY = "Steady"
+# the circuit breaker (not sizing reasons: ScalingActive=False)
+REASON_MEMBERS_NEVER_READY = "MembersNeverReady"
+REASON_POOL_NOT_READY = "PoolNotReady"
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,15 @@ class Policy:
     # below the target where it costs few claims). See docs/design/autoscaler.md, "The
     # decision" (item 7); the results in docs/autoscaling.md, "Results".
     warm_share_horizon: float = 0.0
+    # the circuit breaker (docs/design/autoscaler.md, "A pool that never becomes Ready"): it
+    # trips when the oldest not-Ready member is older than breaker_factor x the p99 refill time
+    # (breaker_default when none was measured), kept within breaker_floor..breaker_cap — the
+    # cap below the pool's readiness grace period (300 s by default), after which the pool
+    # replaces a stuck member and the oldest not-Ready one is young again
+    breaker_factor: float = 3.0
+    breaker_default: float = 120.0
+    breaker_floor: float = 60.0
+    breaker_cap: float = 240.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +110,14 @@ class Observation:
     arrivals: Sequence[float]  # claim creation times seen (the caller keeps a window, e.g. 10 min)
     refill_seconds: Sequence[float]  # recent pool-sandbox create->Ready durations
     current_replicas: int  # the pool's spec.replicas now
+    # the circuit breaker's inputs: seconds since the oldest not-Ready pool member was created
+    # (None: every member is Ready), whether the pool reports it can progress (its Ready
+    # condition not SandboxCreateFailed, SandboxesBlocked, TemplateNotFound or TemplateError),
+    # and seconds since a member was last seen turning Ready (None: not seen)
+    oldest_not_ready_age: float | None = None
+    pool_progressing: bool = True
+    pool_condition: str = ""  # the pool's Ready reason and message, for the decision's message
+    last_ready_age: float | None = None
 
 
 @dataclass
@@ -119,6 +143,7 @@ class Memory:
     cold_price: float | None = None
     claims_seen: float = 0.0
     cold_seen: float = 0.0
+    breaker_since: float | None = None  # when the circuit breaker tripped (None: not tripped)
 
 
 @dataclass(frozen=True)
@@ -133,6 +158,7 @@ class Decision:
     burst_headroom: int = 0  # added for a burst (predicted, ongoing or unpredictable)
     base_rate: float = 0.0  # per second, claims outside burst episodes
     next_burst: float | None = None  # earliest expected start of the next burst, if predicted
+    stalled: bool = False  # the circuit breaker is tripped: no growth (ScalingActive=False)
 
 
 # ------------------------------------------------------------------------------------ Erlang-B
@@ -252,7 +278,63 @@ def _in_episodes(t: float, bursts: Sequence[Burst]) -> bool:
 
 
 # ------------------------------------------------------------------------------------ decide
+def breaker_limit(policy: Policy, memory: Memory) -> float:
+    """Seconds a pool member may stay not Ready before the circuit breaker trips."""
+    base = (
+        policy.breaker_factor * memory.refill_p99
+        if memory.refill_p99 is not None
+        else policy.breaker_default
+    )
+    return min(max(base, policy.breaker_floor), policy.breaker_cap)
+
+
 def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
+    """The size (:func:`_size`), then the circuit breaker. It trips when the pool's members
+    do not become Ready — the oldest not-Ready one is older than :func:`breaker_limit` and no
+    member turned Ready within that limit — or the pool reports it cannot progress. While
+    tripped the size never grows (the refill time it is sized on is stale, and every claim is
+    served cold whatever the size); scale-down is unchanged. It holds, even while the pool
+    replaces its stuck members, until the pool progresses and a member becomes Ready after
+    the trip (or no member is left not Ready)."""
+    sized = _size(obs, policy, memory)
+    limit = breaker_limit(policy, memory)
+    age = obs.oldest_not_ready_age
+    old = age is not None and age > limit
+    # a slow but healthy pool has members turning Ready all the time; a broken one has none
+    idle = obs.last_ready_age is None or obs.last_ready_age > limit
+    if memory.breaker_since is not None and obs.pool_progressing:
+        ready_since_trip = (
+            obs.last_ready_age is not None and obs.now - obs.last_ready_age >= memory.breaker_since
+        )
+        if ready_since_trip or age is None:
+            memory.breaker_since = None
+    if memory.breaker_since is None:
+        if obs.pool_progressing and not (old and idle):
+            return sized
+        memory.breaker_since = obs.now
+    frozen = max(obs.current_replicas, policy.min_replicas)
+    replicas = min(sized.replicas, frozen)
+    if not obs.pool_progressing:
+        reason = REASON_POOL_NOT_READY
+        why = "the pool reports it cannot progress" + (
+            f" ({obs.pool_condition})" if obs.pool_condition else ""
+        )
+    else:
+        reason = REASON_MEMBERS_NEVER_READY
+        why = (
+            f"a pool member is still not Ready {age:.0f}s after its create (limit {limit:.0f}s)"
+            if old and age is not None
+            else "no pool member has become Ready since the breaker tripped "
+            f"{obs.now - memory.breaker_since:.0f}s ago"
+        )
+    message = (
+        f"{why}: scale-up frozen at {frozen} replicas (sizing wanted {sized.replicas}: "
+        f"{sized.message}); resumes when a member becomes Ready"
+    )
+    return replace(sized, replicas=replicas, reason=reason, message=message, stalled=True)
+
+
+def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     now = obs.now
     lo, hi = policy.min_replicas, max(policy.min_replicas, policy.max_replicas)
     current = obs.current_replicas

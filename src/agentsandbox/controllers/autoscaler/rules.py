@@ -29,6 +29,8 @@ from agentsandbox.controllers.autoscaler.plan import Decision
 CONDITION_READY = "Ready"
 CONDITION_ABLE_TO_SCALE = "AbleToScale"
 CONDITION_SCALING_ACTIVE = "ScalingActive"
+# present (True) only while other autoscaled pools share the target's template
+CONDITION_SHARED_TEMPLATE = "SharedTemplate"
 
 REASON_READY_FOR_NEW_SCALE = "ReadyForNewScale"
 REASON_SUCCEEDED_RESCALE = "SucceededRescale"
@@ -38,6 +40,7 @@ REASON_FAILED_UPDATE_SCALE = "FailedUpdateScale"
 REASON_INVALID_TARGET = "InvalidTarget"
 REASON_UNSUPPORTED_TARGET = "UnsupportedTarget"
 REASON_AMBIGUOUS_TARGET = "AmbiguousTarget"
+REASON_AUTOSCALED_POOLS_SHARE_TEMPLATE = "AutoscaledPoolsShareTemplate"
 
 EVENT_SUCCESSFUL_RESCALE = "SuccessfulRescale"
 EVENT_CONFLICTING_WRITER = "ConflictingWriter"
@@ -167,6 +170,8 @@ class StatusInput:
     active: tuple[str, str, str]
     last_scaled: int | None = None
     last_scale: Mapping[str, Any] | None = None  # {time, fromReplicas, toReplicas, reason, message}
+    # the SharedTemplate condition's message (None: no other autoscaled pool on the template)
+    shared_template: str | None = None
 
 
 def build_status(
@@ -217,6 +222,16 @@ def build_status(
             CONDITION_SCALING_ACTIVE, *given.active, observed_generation=given.generation
         ),
     ]
+    if given.shared_template:
+        conditions.append(
+            make_condition(
+                CONDITION_SHARED_TEMPLATE,
+                TRUE,
+                REASON_AUTOSCALED_POOLS_SHARE_TEMPLATE,
+                given.shared_template,
+                observed_generation=given.generation,
+            )
+        )
     return out, [dict(c) for c in conditions]
 
 

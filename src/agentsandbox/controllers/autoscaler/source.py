@@ -47,7 +47,7 @@ def claim_keys(claim: KubeObject) -> list[str]:
     return [f"{ns}/pool/{choice}"]
 
 
-def _pool_of(sb: KubeObject) -> str | None:
+def pool_of(sb: KubeObject) -> str | None:
     """``<ns>/<pool>`` of the SandboxWarmPool controlling ``sb``."""
     ref = controller_of(sb)
     if ref is None or ref.get("kind") != SANDBOX_WARM_POOL.kind:
@@ -84,6 +84,7 @@ class Windows:
         self.refills: dict[str, deque[tuple[float, float]]] = {}  # pool -> (when, seconds)
         self._first_seen: dict[str, float] = {}  # sandbox uid -> live first sight (monotonic)
         self._sampled: set[str] = set()  # sandbox uids already measured (or never to be)
+        self._last_ready: dict[str, float] = {}  # pool -> a member last seen turning Ready
 
     # ------------------------------------------------------------------ claims
     def claim_added(self, claim: KubeObject) -> list[str]:
@@ -126,7 +127,7 @@ class Windows:
     def sandbox_added(self, sb: KubeObject, *, listed: bool = False) -> str | None:
         """A sandbox the informer shows for the first time; ``listed``: by a (re)list or a
         replay of the cache, not by a watch event as it was created."""
-        if _pool_of(sb) is None:
+        if pool_of(sb) is None:
             return None
         uid = str(sb["metadata"].get("uid", ""))
         if listed or is_sandbox_ready(sb):
@@ -142,9 +143,11 @@ class Windows:
         """``listed``: the change shown by a relist (it happened some time before)."""
         if not is_sandbox_ready(new) or is_sandbox_ready(old):
             return None
-        pool = _pool_of(new)
+        pool = pool_of(new)
         if pool is None:
             return None
+        # any Ready transition is progress for the circuit breaker, measured or not
+        self._last_ready[pool] = self.monotonic()
         uid = str(new["metadata"].get("uid", ""))
         first = self._first_seen.pop(uid, None)
         if listed or first is None or uid in self._sampled:
@@ -159,6 +162,11 @@ class Windows:
         uid = str((sb.get("metadata") or {}).get("uid", ""))
         self._first_seen.pop(uid, None)
         self._sampled.discard(uid)
+
+    def last_ready_age(self, pool: str) -> float | None:
+        """Seconds since a member of ``pool`` was last seen turning Ready (None: not seen)."""
+        last = self._last_ready.get(pool)
+        return None if last is None else max(0.0, self.monotonic() - last)
 
     def refills_for(self, pool: str) -> list[float]:
         samples = self.refills.get(pool)
