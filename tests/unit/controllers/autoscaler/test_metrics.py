@@ -104,3 +104,12 @@ def decision_series() -> list[dict[str, str]]:
         for s in family.samples
         if s.name == DECISIONS and s.labels.get("autoscaler") == "auto"
     ]
+
+
+def test_every_decision_reason_of_the_plan_has_its_own_label_value() -> None:
+    """A reason ``decide()`` can give is counted under its own name, never folded into
+    ``other`` (the circuit breaker's two reasons were missing once)."""
+    from agentsandbox.controllers.autoscaler import metrics, plan
+
+    reasons = {v for k, v in vars(plan).items() if k.startswith("REASON_") and isinstance(v, str)}
+    assert reasons <= set(metrics.REASONS), reasons - set(metrics.REASONS)
