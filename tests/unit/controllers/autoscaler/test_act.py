@@ -597,3 +597,14 @@ async def test_a_409_on_the_status_write_looks_again_within_a_second() -> None:
     assert result is not None and result.requeue_after == 1.0
     assert [c[1] for c in api.writes()] == ["sandboxwarmpoolautoscalers/auto/status"]
     assert "status" not in api.autoscaler
+
+
+async def test_an_autoscaler_being_deleted_writes_nothing() -> None:
+    """An autoscaler with a deletionTimestamp (a finalizer of someone else's holds it) is left
+    alone: no read of its target, no scale or status write."""
+    api = FakeScaleApi(replicas=2)
+    being_deleted = autoscaler_obj()
+    being_deleted["metadata"]["deletionTimestamp"] = "2027-01-01T00:00:00Z"
+    rec, _, recorder, _ = setup_reconciler(api, being_deleted)
+    assert await rec.reconcile(Request(NS, "auto")) is None
+    assert api.calls == [] and recorder.events == []

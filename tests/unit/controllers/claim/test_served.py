@@ -15,6 +15,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+
 from agentsandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
@@ -246,3 +248,11 @@ def test_memory_is_one_bin_per_bin_width_and_empty_keys_are_removed() -> None:
     clock.now += 10_000
     s.prune()
     assert s.bins(NS, "q") == 0
+
+
+@pytest.mark.parametrize(("window", "bin_seconds"), [(0.0, 10.0), (600.0, 0.0), (-1.0, 10.0)])
+def test_a_window_or_bin_that_is_not_positive_is_refused(window: float, bin_seconds: float) -> None:
+    """The windowed counts need a positive window and bin width: anything else is a clear
+    error at construction, not a division by zero (or an unbounded ring) later."""
+    with pytest.raises(ValueError, match="must be positive"):
+        ServedCounts(window=window, bin_seconds=bin_seconds)
