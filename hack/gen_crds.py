@@ -859,6 +859,33 @@ AUTOSCALER_TARGET_RULE = rule(
 )
 
 
+def scaling_rules(description: str) -> Schema:
+    policy = obj(
+        {
+            "type": _described(
+                {"type": "string", "enum": ["Pods", "Percent"]},
+                "Pods: at most value sandboxes; Percent: at most value percent of the size.",
+            ),
+            "value": int32("How many (Pods) or how much (Percent) per period.", minimum=1),
+            "periodSeconds": int32("The period, in seconds (1..1800).", minimum=1, maximum=1800),
+        },
+        "One limit.",
+        required=["type", "value", "periodSeconds"],
+    )
+    return obj(
+        {
+            "policies": _described(
+                {"type": "array", "items": policy, "maxItems": 10}, "The limits of this direction."
+            ),
+            "selectPolicy": _described(
+                {"type": "string", "enum": ["Max", "Min", "Disabled"]},
+                "Max (default): the limit allowing the larger change; Min; Disabled: no change.",
+            ),
+        },
+        description,
+    )
+
+
 def autoscaler() -> tuple[Schema, Schema]:
     """The SandboxWarmPoolAutoscaler (ours only, autoscaling.agentsandbox.dev): no embedded
     Kubernetes types, so it needs no converter."""
@@ -900,6 +927,13 @@ def autoscaler() -> tuple[Schema, Schema]:
                 "Scale down only to the highest size recommended this long (default 300).",
                 minimum=0,
             ),
+            "behavior": obj(
+                {
+                    "scaleUp": scaling_rules("Limits on growth (default: 100% or 4 per 15s)."),
+                    "scaleDown": scaling_rules("Limits on shrinking (default: 100% per 15s)."),
+                },
+                "Rate limits on size changes, as HorizontalPodAutoscaler's behavior has them.",
+            ),
         },
         "Desired state of the SandboxWarmPoolAutoscaler.",
         required=["scaleTargetRef", "maxReplicas", "targetWarmShare"],
@@ -935,6 +969,38 @@ def autoscaler() -> tuple[Schema, Schema]:
             "arrivalRate": number("Claims per second arriving for the target, measured."),
             "refillSeconds": number("Mean create-to-Ready time of the target's sandboxes."),
             "predictedWarmShare": number("Share of claims served warm at desiredReplicas."),
+            "realisedWarmShare": number("Share of the window's claims served warm (measured)."),
+            "window": obj(
+                {
+                    "binSeconds": number("Seconds per bin.", minimum=1),
+                    "firstBin": int64("Index of the first bin (its start / binSeconds)."),
+                    "claims": _described(
+                        {
+                            "type": "array",
+                            "items": {"type": "integer", "format": "int64", "minimum": 0},
+                            "maxItems": 4096,
+                        },
+                        "Claims per bin.",
+                    ),
+                    "groupSquares": _described(
+                        {
+                            "type": "array",
+                            "items": {"type": "integer", "format": "int64", "minimum": 0},
+                            "maxItems": 4096,
+                        },
+                        "Sum of squared group sizes per bin (grouped arrivals).",
+                    ),
+                    "largestGroups": _described(
+                        {
+                            "type": "array",
+                            "items": {"type": "integer", "format": "int64", "minimum": 0},
+                            "maxItems": 4096,
+                        },
+                        "The largest group of claims begun in each bin.",
+                    ),
+                },
+                "The claim arrivals of the last rate window, kept across restarts.",
+            ),
         },
         "Observed state of the SandboxWarmPoolAutoscaler.",
     )

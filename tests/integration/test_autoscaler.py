@@ -290,6 +290,10 @@ async def test_a_pool_grows_under_steady_claims_and_shrinks_after_the_window(
         assert status["lastScale"]["reason"] == "ScaledUp", status
         assert status["lastScale"]["fromReplicas"] < status["lastScale"]["toReplicas"]
         assert "Erlang-B" in status["lastScale"]["message"]
+        # the arrival window is kept in the status (a restart takes it back), and the share of
+        # the pool's claims the claim controller counted warm is reported beside the prediction
+        assert sum(status["window"]["claims"]) >= 20, status["window"]
+        assert 0.5 < status["realisedWarmShare"] <= 1
         assert 0 < status["predictedWarmShare"] <= 1
 
         # the claims stop: after the rate window (6 s) and the stabilisation window (3 s) the

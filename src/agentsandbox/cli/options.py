@@ -129,15 +129,16 @@ def build_flagset() -> FlagSet:
     )
     fs.add_duration(
         "warm-pool-autoscaler-rate-window",
-        600.0,
+        1800.0,
         "How much claim-arrival and refill-time history each SandboxWarmPoolAutoscaler measures "
-        "rates over (only with --extensions and --enable-warm-pool-autoscaler)",
+        "rates over and keeps in its status (only with --extensions and "
+        "--enable-warm-pool-autoscaler)",
     )
     fs.add_duration(
         "warm-pool-autoscaler-burst-bin",
         10.0,
-        "The width of the bins a SandboxWarmPoolAutoscaler counts claim arrivals in to detect "
-        "bursts (only with --extensions and --enable-warm-pool-autoscaler)",
+        "The width of the bins a SandboxWarmPoolAutoscaler counts claim arrivals in (only with "
+        "--extensions and --enable-warm-pool-autoscaler)",
     )
     fs.add_bool(
         "cache-label-selectors",

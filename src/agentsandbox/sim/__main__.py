@@ -47,12 +47,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-replicas", type=int, default=1)
     p.add_argument("--max-replicas", type=int, default=2000)
     p.add_argument("--scale-down-window", type=float, default=300.0)
-    p.add_argument("--decide-interval", type=float, default=15.0)
     p.add_argument(
-        "--warm-share-horizon",
+        "--decide-interval",
         type=float,
-        default=0.0,
-        help="seconds the target holds on average over (0: at every moment)",
+        default=5.0,
+        help="seconds between the autoscaler's periodic passes (a claim also makes it decide "
+        "within a second)",
     )
     p.add_argument("--warmup", type=float, default=3600.0, help="seconds not counted at start")
     p.add_argument("--lognormal-median", type=float, default=90.0)
@@ -129,7 +129,6 @@ def run(args: argparse.Namespace) -> tuple[Trace, list[Comparison], float]:
         max_replicas=args.max_replicas,
         target_warm_share=args.target,
         scale_down_window=args.scale_down_window,
-        warm_share_horizon=args.warm_share_horizon,
     )
     warmup = min(args.warmup, trace.duration / 4)
     restarts = tuple(sorted(args.restart_at))

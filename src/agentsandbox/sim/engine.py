@@ -60,7 +60,13 @@ from typing import Any
 from agentsandbox.api import keys
 from agentsandbox.api.hashing import name_hash
 from agentsandbox.api.kinds import SANDBOX, SANDBOX_WARM_POOL
-from agentsandbox.controllers.autoscaler.plan import Memory, Observation, Policy, decide
+from agentsandbox.controllers.autoscaler.plan import (
+    ArrivalBins,
+    Memory,
+    Observation,
+    Policy,
+    decide,
+)
 from agentsandbox.controllers.warmpool import plan as warmpool_plan
 from agentsandbox.controllers.warmpool.plan import Settings, Snapshot
 
@@ -70,6 +76,7 @@ from .traces import Trace
 
 EPOCH = 1_800_000_000.0  # simulated t = 0 as a wall-clock time (timestamps in the objects)
 TICK = 0.1  # seconds: reconciles coalesced per tick
+SERVED_WINDOW = 600.0  # seconds of served counts the autoscaler is given (the claim controller's)
 # seconds: a warm claim (p50 of the claim rate sweep at 10 claims/s, docs/benchmarks.md)
 WARM_LATENCY = 0.017
 NAMESPACE = "sim"
@@ -210,8 +217,13 @@ class Config:
     seed: int = 1
     static: int | None = None  # a static pool of this size, else autoscaled by policy
     policy: Policy | None = None
-    decide_interval: float = 15.0  # seconds between autoscaler decisions
-    arrival_window: float = 600.0  # seconds of claim arrivals the autoscaler is given
+    decide_interval: float = 5.0  # seconds between autoscaler decisions (the sync period)
+    # a claim makes the autoscaler decide within this many seconds (its events, coalesced by the
+    # controller's minimum interval); None: only every decide_interval
+    decide_on_claims: float | None = 1.0
+    # seconds of claim arrivals the autoscaler is given (None: the policy's rate window, as the
+    # controller keeps them)
+    arrival_window: float | None = None
     refill_samples: int = 200  # recent create -> Ready durations it is given
     warmup: float = 3600.0  # seconds at the start not counted in the figures
     sample_every: float = 10.0
@@ -242,6 +254,9 @@ class Simulation:
         self.cfg = cfg
         self.rng = random.Random(f"sim-{cfg.seed}-{cfg.latency.name}")
         self.policy = cfg.policy or default_policy()
+        self.window = (
+            cfg.arrival_window if cfg.arrival_window is not None else self.policy.rate_window
+        )
         self.autoscaled = cfg.static is None
         self.replicas = cfg.static if cfg.static is not None else self.policy.min_replicas
         self.pool: dict[str, Any] = {
@@ -262,15 +277,19 @@ class Simulation:
         self.seq = 0
         self.ticks: set[int] = set()
         self.names = 0
-        self.arrivals: deque[float] = deque()
+        # (arrival, served warm) of the claims in the window: the claim controller's counts,
+        # in process (a restart empties them)
+        self.served: deque[tuple[float, bool]] = deque()
+        self.served_total = [0, 0]  # (warm, cold) since the controller (re)started
+        self.bins = ArrivalBins(self.policy.bin_width)  # the arrivals, as the controller bins them
+        self.periodic_decision = 0.0  # the next periodic pass
+        self.claim_decision: float | None = None  # a pass for claims, pending
         self.refills: deque[float] = deque(maxlen=cfg.refill_samples)
         self.memory = Memory()
         self.last_ready: float | None = None  # when a member last became Ready
         self.informed: Informed | None = None
         if cfg.informed or cfg.restarts or cfg.skew:
-            self.informed = Informed(
-                EPOCH, NAMESPACE, POOL, cfg.arrival_window, cfg.skew, cfg.trace.dwell
-            )
+            self.informed = Informed(EPOCH, NAMESPACE, POOL, self.window, cfg.skew, cfg.trace.dwell)
         self.decide_epoch = 0  # a restart starts a new chain of passes
         label = f"static {cfg.static}" if cfg.static is not None else "autoscaled"
         self.result = Result(label, cfg.trace.name, cfg.latency.name, cfg.static)
@@ -402,9 +421,19 @@ class Simulation:
     # ------------------------------------------------------------------------- events
     def _arrive(self, t: float) -> None:
         cfg = self.cfg
-        self.arrivals.append(t)
         counted = t >= cfg.warmup
         self.result.claims_all += 1
+        self.served.append((t, bool(self.ready)))
+        self.bins.add(t, self.policy.group_gap)
+        if (
+            self.autoscaled
+            and cfg.decide_on_claims is not None
+            and self.claim_decision is None
+            and self.periodic_decision > t + cfg.decide_on_claims
+        ):
+            self.claim_decision = t + cfg.decide_on_claims
+            self._push(self.claim_decision, DECIDE, f"claim-{self.decide_epoch}")
+        self.served_total[0 if self.ready else 1] += 1
         if self.ready:
             self._account(t)
             uid = next(iter(self.ready))
@@ -441,16 +470,19 @@ class Simulation:
         self.refills.append(t - member.created)
 
     def _decide(self, t: float) -> None:
-        horizon = t - self.cfg.arrival_window
-        while self.arrivals and self.arrivals[0] <= horizon:
-            self.arrivals.popleft()
+        # the claim controller's served counts keep 10 minutes
+        while self.served and self.served[0][0] <= t - SERVED_WINDOW:
+            self.served.popleft()
+        warm = sum(1 for _, w in self.served if w)
         if self.informed is not None:
             obs = self.informed.observe(t, self.replicas)
             self.memory = self.informed.memory
         else:
+            self.bins.trim(t, self.window)
             obs = Observation(
                 now=t,
-                arrivals=list(self.arrivals),
+                arrivals=(),
+                bins=self.bins,
                 refill_seconds=list(self.refills),
                 current_replicas=self.replicas,
             )
@@ -460,6 +492,8 @@ class Simulation:
         oldest = next(iter(self.pending), None)
         obs = dataclasses.replace(
             obs,
+            served=(warm, len(self.served) - warm),
+            served_total=(self.served_total[0], self.served_total[1]),
             oldest_not_ready_age=t - self.members[oldest].created if oldest else None,
             last_ready_age=t - self.last_ready if self.last_ready is not None else None,
         )
@@ -475,11 +509,15 @@ class Simulation:
         """The controller restarts: the autoscaler relists (its memory is gone) and passes
         start again now; the pool is reconciled once as every object is re-queued."""
         self.result.restarts += 1
+        self.served.clear()
+        self.served_total = [0, 0]
         if self.informed is not None:
             self.informed.restart(t, [m.obj for m in self.members.values()])
             self.memory = self.informed.memory
         if self.autoscaled:
             self.decide_epoch += 1
+            self.claim_decision = None
+            self.periodic_decision = t
             self._push(t, DECIDE, str(self.decide_epoch))
         self._enqueue(t)
 
@@ -523,10 +561,15 @@ class Simulation:
                     self.ticks.discard(int(data))
                     self._reconcile(t)
                 elif kind == DECIDE:
+                    if data == f"claim-{self.decide_epoch}":
+                        self.claim_decision = None
+                        self._decide(t)  # a pass for claims: the periodic chain goes on
+                        continue
                     if data != str(self.decide_epoch):
                         continue  # a pass of the process before a restart
                     self._decide(t)
-                    self._push(t + cfg.decide_interval, DECIDE, data)
+                    self.periodic_decision = t + cfg.decide_interval
+                    self._push(self.periodic_decision, DECIDE, data)
                 elif kind == RESTART:
                     self._restart(t)
                 else:

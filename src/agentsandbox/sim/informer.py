@@ -35,7 +35,7 @@ from collections import deque
 from typing import Any
 
 from agentsandbox.api.kinds import SANDBOX_CLAIM
-from agentsandbox.controllers.autoscaler.plan import Memory, Observation
+from agentsandbox.controllers.autoscaler.plan import ArrivalBins, Memory, Observation
 from agentsandbox.controllers.autoscaler.source import Windows
 
 READY_REASON = "DependenciesReady"
@@ -70,6 +70,7 @@ class Informed:
         self.windows = Windows(window, self._clock)
         self.memory = Memory()
         self.seeded = False
+        self.persisted: ArrivalBins | None = None
         self.claims = 0
         # (created, deleted, uid) of recent claims, for a relist
         self.recent: deque[tuple[float, float, str]] = deque()
@@ -135,11 +136,14 @@ class Informed:
         """A new process at ``t``: empty memory, windows rebuilt from a relist."""
         self.t = t
         self.windows = Windows(self.window, self._clock)
+        # the window the previous process wrote to the autoscaler's status
+        kept = self.memory.window
+        self.persisted = None if kept is None else kept.copy()
         self.memory = Memory()
         self.seeded = False
         for created, deleted, uid in list(self.recent):
             if created <= t < deleted:
-                self.windows.claim_added(self._claim(uid, created))
+                self.windows.claim_added(self._claim(uid, created), listed=True)
         for sb in members:
             self.windows.sandbox_added(sb, listed=True)
 
@@ -150,13 +154,16 @@ class Informed:
         self.t = t
         now = self._clock()
         key = f"{self.namespace}/pool/{self.pool}"
+        bins = self.windows.bins_for([key])
+        bins.first -= round(self.epoch / bins.width)  # the simulation's times, from the epoch
         obs = Observation(
             now=now - self.epoch,
-            arrivals=[a - self.epoch for a in self.windows.arrivals_for([key])],
+            arrivals=(),
+            bins=bins,
             refill_seconds=self.windows.refills_for(f"{self.namespace}/{self.pool}"),
             current_replicas=replicas,
         )
         if not self.seeded:
             self.seeded = True
-            self.memory.recommendations.append((obs.now, replicas))
+            self.memory.restore(self.persisted, obs.now, replicas)
         return obs

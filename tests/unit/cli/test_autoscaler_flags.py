@@ -50,13 +50,13 @@ def test_the_defaults_are_the_settings_defaults_and_help_shows_them() -> None:
         o.warm_pool_autoscaler_sync_period,
         o.warm_pool_autoscaler_rate_window,
         o.warm_pool_autoscaler_burst_bin,
-    ) == (5.0, 600.0, 10.0)
+    ) == (5.0, 1800.0, 10.0)
     s = Settings()
-    assert (s.sync_period, s.rate_window, s.burst_bin) == (5.0, 600.0, 10.0)
-    # Settings.burst_bin's default is Policy's (None would mean the same)
-    assert s.burst_bin == Policy(min_replicas=1, max_replicas=2, target_warm_share=0.9).burst_bin
+    assert (s.sync_period, s.rate_window, s.burst_bin) == (5.0, 1800.0, 10.0)
+    # Settings.burst_bin is Policy.bin_width; its default is Policy's (None would mean the same)
+    assert s.burst_bin == Policy(min_replicas=1, max_replicas=2, target_warm_share=0.9).bin_width
     usage = build_flagset().usage()
-    for flag, shown in zip(FLAGS, ("5s", "10m", "10s"), strict=True):
+    for flag, shown in zip(FLAGS, ("5s", "30m", "10s"), strict=True):
         _, _, rest = usage.partition(f"  -{flag} duration\n")
         assert rest, flag
         line = rest.splitlines()[0]
@@ -139,7 +139,7 @@ def test_register_controllers_passes_the_flags_to_the_autoscaler(
     )
     assert given == Settings(sync_period=2.0, rate_window=90.0, burst_bin=3.0)
     assert used is given
-    assert autoscaler.policy_of({"maxReplicas": 5}, used).burst_bin == 3.0
+    assert autoscaler.policy_of({"maxReplicas": 5}, used).bin_width == 3.0
     assert autoscaler.policy_of({"maxReplicas": 5}, used).rate_window == 90.0
 
 

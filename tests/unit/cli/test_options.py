@@ -89,7 +89,7 @@ OURS_ONLY_FLAGS: dict[str, tuple[str, object, str]] = {
     # (tests/unit/cli/test_autoscaler_flags.py)
     "enable-warm-pool-autoscaler": ("bool", True, "ours: runs the autoscaler controller"),
     "warm-pool-autoscaler-sync-period": ("duration", 5.0, "ours: an autoscaler setting"),
-    "warm-pool-autoscaler-rate-window": ("duration", 600.0, "ours: an autoscaler setting"),
+    "warm-pool-autoscaler-rate-window": ("duration", 1800.0, "ours: an autoscaler setting"),
     "warm-pool-autoscaler-burst-bin": ("duration", 10.0, "ours: an autoscaler setting"),
     # extra except-CIDRs of the default NetworkPolicy's egress (docs/design/template.md)
     "network-policy-egress-except": ("string", "", "ours: more CIDRs the default policy denies"),

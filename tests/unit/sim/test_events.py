@@ -43,7 +43,7 @@ def regular(start: float, stop: float, every: float, duration: float) -> traces.
     return traces.Trace("regular", times, 120.0, duration)
 
 
-def test_restart_empties_memory_and_forgets_deleted_claims() -> None:
+def test_restart_relists_live_claims_and_takes_back_the_kept_window() -> None:
     # a claim every 10 s from 0 to 590 s, each held 120 s after it is served (Ready in 1 s:
     # every claim but the first few is warm); the controller restarts at 600.05 s
     trace = regular(0.0, 600.0, 10.0, 600.1)
@@ -56,11 +56,13 @@ def test_restart_empties_memory_and_forgets_deleted_claims() -> None:
     # sample yet (the relisted members are not measured), so no recommendation of its own
     assert len(sim.memory.recommendations) == 1
     assert sim.memory.refill_mean is None
-    assert sim.memory.bursts == []
     # the relist shows the claims alive at 600.05 s: created after 600.05 - 120 - latency
     seen = sim.informed.windows.arrivals_for([KEY])
     assert seen and min(seen) - EPOCH >= 470.0
-    assert sim.memory.first_seen is not None and sim.memory.first_seen >= 470.0
+    # the window the previous process kept in the status comes back: every claim of it
+    assert sim.memory.restored is not None
+    assert sum(sim.memory.restored.claims) == len(trace.arrivals)
+    assert sim.memory.first_seen == 0.0
     # without the restart the window holds every claim of the last 600 s
     kept = Simulation(Config(trace, Fixed(1.0), warmup=300.0, informed=True))
     kept.run()
@@ -132,17 +134,20 @@ def test_skew_leaves_the_refill_samples_and_the_pool_size_as_without(skew: float
     assert result.max_replicas == expected.max_replicas
 
 
-def test_skew_shifts_arrivals_to_their_creation_timestamp() -> None:
-    # more than LIVE_SLACK ahead: a claim is timed by its creationTimestamp (whole seconds)
+def test_claims_seen_by_the_watch_are_timed_on_the_controllers_clock() -> None:
+    """Autoscaler review finding 11: a claim the watch shows as it is created is timed by this
+    process's first sight, whatever the API server's clock says (its creationTimestamp, whole
+    seconds, would group the claims of one second and shift them by the skew)."""
     trace = regular(0.5, 600.0, 10.0, 600.1)
     sim = Simulation(Config(trace, Fixed(1.0), warmup=300.0, skew=3.0))
     sim.run()
     assert sim.informed is not None
     seen = [t - EPOCH for t in sim.informed.windows.arrivals_for([KEY])]
-    # the window ends at the controller's now, 3 s ahead: the first claim has left it
-    expected = [t - 0.5 for t in trace.arrivals if t - 0.5 >= 600.1 + 3.0 - 600.0]
-    assert len(expected) == len(trace.arrivals) - 1
+    # the controller's clock is 3 s ahead; the window ends at its now
+    expected = [t + 3.0 for t in trace.arrivals if t + 3.0 >= 600.1 + 3.0 - 1800.0]
     assert seen == pytest.approx(expected, abs=1e-5)
+    bins = sim.informed.windows.bins_for([KEY])
+    assert sum(bins.claims) == len(expected) and sum(bins.squares) == len(expected)  # no groups
 
 
 def test_min_replicas_0_on_sparse_traffic_serves_claims_warm_after_the_warmup() -> None:

@@ -65,7 +65,22 @@ from agentsandbox.controllers.autoscaler.handlers import (
     target_index,
 )
 from agentsandbox.controllers.autoscaler.metrics import record, remove_series
-from agentsandbox.controllers.autoscaler.plan import Memory, Observation, Policy, decide
+from agentsandbox.controllers.autoscaler.plan import (
+    DEFAULT_SCALE_DOWN,
+    DEFAULT_SCALE_UP,
+    PERCENT,
+    PODS,
+    SELECT_DISABLED,
+    SELECT_MAX,
+    SELECT_MIN,
+    ArrivalBins,
+    Limit,
+    Memory,
+    Observation,
+    Policy,
+    Rules,
+    decide,
+)
 from agentsandbox.controllers.autoscaler.rules import (
     EVENT_AMBIGUOUS_TARGET,
     EVENT_FAILED_GET_SCALE,
@@ -83,6 +98,7 @@ from agentsandbox.controllers.autoscaler.rules import (
     merge_conditions,
 )
 from agentsandbox.controllers.autoscaler.source import Windows
+from agentsandbox.controllers.common.served import SERVED, ServedCounts
 from agentsandbox.controllers.warmpool.plan import NOT_PROGRESSING_REASONS
 from agentsandbox.kube.builder import ControllerBuilder
 from agentsandbox.kube.controller import Controller
@@ -111,8 +127,8 @@ class Settings:
 
     sync_period: float = 5.0  # seconds between passes when nothing happens
     min_interval: float = 1.0  # events within this long of a pass are served by one later pass
-    rate_window: float = 600.0  # seconds of arrivals and refill samples kept (Policy.rate_window)
-    burst_bin: float | None = 10.0  # Policy.burst_bin (None: Policy's default, also 10 s)
+    rate_window: float = 1800.0  # seconds of arrivals and refill samples kept (Policy.rate_window)
+    burst_bin: float | None = 10.0  # Policy.bin_width (None: Policy's default, also 10 s)
 
 
 @dataclass
@@ -128,16 +144,40 @@ class AutoscalerMemory:
     seeded: bool = False  # the current size entered as a recommendation (first pass)
 
 
+def rules_of(behavior: Any, default: Rules) -> Rules:
+    """A direction of ``spec.behavior`` (HPA's shape) as :class:`Rules`; absent: the default."""
+    if not isinstance(behavior, Mapping):
+        return default
+    policies = behavior.get("policies")
+    limits = default.limits
+    if isinstance(policies, list) and policies:
+        limits = tuple(
+            Limit(str(p.get("type")), int(p.get("value", 0)), float(p.get("periodSeconds", 15)))
+            for p in policies
+            if isinstance(p, Mapping) and p.get("type") in (PODS, PERCENT)
+        )
+    select = behavior.get("selectPolicy")
+    return Rules(
+        limits, str(select) if select in (SELECT_MAX, SELECT_MIN, SELECT_DISABLED) else SELECT_MAX
+    )
+
+
 def policy_of(spec: Mapping[str, Any], settings: Settings) -> Policy:
     window = spec.get("scaleDownStabilizationSeconds")
-    extra: dict[str, Any] = {"rate_window": settings.rate_window}
+    behavior = spec.get("behavior") or {}
+    extra: dict[str, Any] = {
+        "rate_window": settings.rate_window,
+        "stable_window": settings.rate_window,
+    }
     if settings.burst_bin is not None:
-        extra["burst_bin"] = settings.burst_bin
+        extra["bin_width"] = settings.burst_bin
     return Policy(
         min_replicas=int(spec.get("minReplicas", 1)),
         max_replicas=int(spec.get("maxReplicas", 0)),
         target_warm_share=float(spec.get("targetWarmShare", 0.99)),
         scale_down_window=float(window) if window is not None else DEFAULT_SCALE_DOWN_WINDOW,
+        scale_up=rules_of(behavior.get("scaleUp"), DEFAULT_SCALE_UP),
+        scale_down=rules_of(behavior.get("scaleDown"), DEFAULT_SCALE_DOWN),
         **extra,
     )
 
@@ -156,8 +196,11 @@ class AutoscalerReconciler:
         settings: Settings | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] | None = None,
+        served: ServedCounts | None = None,
     ) -> None:
         self.writer = writer
+        # the claim controller's counts of the claims each pool served warm and cold
+        self.served = SERVED if served is None else served
         self.autoscalers = autoscalers
         self.pools = pools
         self.sandboxes = sandboxes
@@ -168,7 +211,12 @@ class AutoscalerReconciler:
         # injected one (tests move one clock)
         if monotonic is None:
             monotonic = time.monotonic if clock is time.time else clock
-        self.windows = Windows(self.settings.rate_window, clock, monotonic)
+        self.bin_width = (
+            self.settings.burst_bin
+            if self.settings.burst_bin is not None
+            else Policy(0, 0, 0.5).bin_width
+        )
+        self.windows = Windows(self.settings.rate_window, clock, monotonic, self.bin_width)
         self._memory: dict[str, AutoscalerMemory] = {}
         # the indexes, the claim and sandbox handlers feeding the windows, the pool mapping
         self.watches = AutoscalerWatches(self.windows, autoscalers, claims, sandboxes, pools)
@@ -233,9 +281,14 @@ class AutoscalerReconciler:
             and not sb["metadata"].get("deletionTimestamp")
             and sb["metadata"].get("creationTimestamp")
         ]
+        ready, not_ready, cold = self.served.window(namespace, pool_name)
+        total_ready, total_not_ready, total_cold = self.served.snapshot(namespace, pool_name)
         return Observation(
             now=now,
-            arrivals=self.windows.arrivals_for(keys),
+            arrivals=(),
+            bins=self.windows.bins_for(keys),
+            served=(ready + not_ready, cold),
+            served_total=(total_ready + total_not_ready, total_cold),
             refill_seconds=self.windows.refills_for(f"{namespace}/{pool_name}"),
             current_replicas=current,
             oldest_not_ready_age=max(0.0, now - min(created)) if created else None,
@@ -348,9 +401,13 @@ class AutoscalerReconciler:
         obs = self.observe(req.namespace, str(ref.get("name")), scale.replicas)
         if not memory.seeded:
             # a new process (or autoscaler) holds the current size for one stabilisation window
-            # before any scale-down, as if it had recommended it: its measurements start empty
+            # before any scale-down, as if it had recommended it, and takes back the arrival
+            # window a previous process kept in the status (the claims deleted since are in it)
             memory.seeded = True
-            memory.plan.recommendations.append((obs.now, scale.replicas))
+            kept = ArrivalBins.from_status(
+                (autoscaler.get("status") or {}).get("window"), self.bin_width
+            )
+            memory.plan.restore(kept, obs.now, scale.replicas)
         tripped = memory.plan.breaker_since
         decision = decide(obs, policy_of(spec, self.settings), memory.plan)
         record(req.namespace, req.name, decision, scale.replicas)
@@ -367,8 +424,15 @@ class AutoscalerReconciler:
             condition_reason(decision.reason),
             decision.message,
         )
+        window = memory.plan.window
         status_in = StatusInput(
-            generation, scale.replicas, decision, verdict.able, active, shared_template=shared
+            generation,
+            scale.replicas,
+            decision,
+            verdict.able,
+            active,
+            shared_template=shared,
+            window=None if window is None else window.to_status(before=obs.now),
         )
         if verdict.write is None:
             written = await self._write_status(autoscaler, memory, status_in, now_text)

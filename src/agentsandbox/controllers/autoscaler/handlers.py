@@ -53,13 +53,14 @@ class AutoscalerWatches:
         self.autoscalers = autoscalers
         self.pools = pools
         self.sandboxes = sandboxes
+        self.claims = claims
         self.enqueue: Callable[[Request], None] | None = None  # set by setup()
         autoscalers.add_index(TARGET_INDEX, target_index)
         pools.add_index(POOL_TEMPLATE_INDEX, pool_template_index)
         sandboxes.add_index(POOL_MEMBER_INDEX, pool_member_index)
-        claims.add_handler(self._on_claim, None, None)
-        self._replaying = True  # add_handler hands over the cached sandboxes: not seen created
+        self._replaying = True  # add_handler hands over the cached objects: not seen created
         try:
+            claims.add_handler(self._on_claim, None, None)
             sandboxes.add_handler(
                 self._on_sandbox_add, self._on_sandbox_update, self.windows.sandbox_deleted
             )
@@ -68,7 +69,8 @@ class AutoscalerWatches:
 
     # ---------------------------------------------------------------- recording + mapping
     def _on_claim(self, claim: KubeObject) -> None:
-        keys = self.windows.claim_added(claim)
+        listed = self._replaying or self.claims.list_pending_since() is not None
+        keys = self.windows.claim_added(claim, listed=listed)
         if keys and self.enqueue is not None:
             for req in self._requests_for_keys(keys):
                 self.enqueue(req)

@@ -1,7 +1,8 @@
 """The SandboxWarmPoolAutoscaler's metric families (autoscaler review #18) and their clean-up.
 
-Per autoscaler, labelled ``(namespace, autoscaler)``: the last decision's sizes (desired, base,
-burst headroom), its predicted warm share and the measured inputs it used (claim arrival rate,
+Per autoscaler, labelled ``(namespace, autoscaler)``: the last decision's sizes (desired, and
+recommended before stabilisation and rate limits), its predicted and realised warm shares,
+whether it panics, the measured peakedness and the measured inputs it used (claim arrival rate,
 refill time), the target's ``spec.replicas`` as read, and the decisions taken by reason. The
 reconciler calls :func:`record` after each decision and :func:`remove_series` once the autoscaler
 is gone, so label values are only those of autoscalers that exist; ``reason`` is one of the
@@ -36,15 +37,28 @@ CURRENT = Gauge(
     _LABELS,
     registry=_R,
 )
-BASE = Gauge(
-    _PREFIX + "base_replicas",
-    "The Erlang-B size for the claims outside bursts (stabilised, within min..max)",
+RECOMMENDED = Gauge(
+    _PREFIX + "recommended_replicas",
+    "The size the last decision's sizing wanted, before stabilisation and rate limits",
     _LABELS,
     registry=_R,
 )
-HEADROOM = Gauge(
-    _PREFIX + "burst_headroom_replicas",
-    "Sandboxes added to the base size for a burst (predicted, ongoing or unpredictable)",
+REALISED_WARM_SHARE = Gauge(
+    _PREFIX + "realised_warm_share",
+    "The share of the pool's claims of the last 10 minutes that adopted a member (as the "
+    "claim controller counted them); absent until a claim was counted",
+    _LABELS,
+    registry=_R,
+)
+PANICKING = Gauge(
+    _PREFIX + "panicking",
+    "1 while the autoscaler panics (a rise of claims no noise explains: no scale-down), else 0",
+    _LABELS,
+    registry=_R,
+)
+PEAKEDNESS = Gauge(
+    _PREFIX + "peakedness",
+    "The measured peakedness of the offered load (1: Poisson; more: claims come in groups)",
     _LABELS,
     registry=_R,
 )
@@ -80,6 +94,8 @@ REASONS: Final = (
     plan.REASON_SCALED_UP,
     plan.REASON_SCALED_DOWN,
     plan.REASON_HOLDING,
+    plan.REASON_PANICKING,
+    plan.REASON_RATE_LIMITED,
     plan.REASON_AT_MINIMUM,
     plan.REASON_AT_MAXIMUM,
     plan.REASON_STEADY,
@@ -87,7 +103,17 @@ REASONS: Final = (
     plan.REASON_POOL_NOT_READY,
 )
 OTHER: Final = "other"
-_GAUGES: Final = (DESIRED, CURRENT, BASE, HEADROOM, PREDICTED_WARM_SHARE, ARRIVAL_RATE, REFILL)
+_GAUGES: Final = (
+    DESIRED,
+    CURRENT,
+    RECOMMENDED,
+    PREDICTED_WARM_SHARE,
+    REALISED_WARM_SHARE,
+    PANICKING,
+    PEAKEDNESS,
+    ARRIVAL_RATE,
+    REFILL,
+)
 
 
 def reason_label(reason: str) -> str:
@@ -99,8 +125,11 @@ def record(namespace: str, name: str, decision: Decision, current: int) -> None:
     """One decision of autoscaler ``namespace/name``; ``current``: the target's replicas read."""
     DESIRED.labels(namespace, name).set(decision.replicas)
     CURRENT.labels(namespace, name).set(current)
-    BASE.labels(namespace, name).set(decision.base_replicas)
-    HEADROOM.labels(namespace, name).set(decision.burst_headroom)
+    RECOMMENDED.labels(namespace, name).set(decision.recommended)
+    if decision.realised_warm_share is not None:
+        REALISED_WARM_SHARE.labels(namespace, name).set(decision.realised_warm_share)
+    PANICKING.labels(namespace, name).set(1 if decision.panicking else 0)
+    PEAKEDNESS.labels(namespace, name).set(decision.peakedness)
     PREDICTED_WARM_SHARE.labels(namespace, name).set(decision.predicted_warm_share)
     ARRIVAL_RATE.labels(namespace, name).set(decision.arrival_rate)
     REFILL.labels(namespace, name).set(decision.refill_time)
@@ -119,14 +148,16 @@ def remove_series(namespace: str, name: str) -> None:
 
 __all__ = [
     "ARRIVAL_RATE",
-    "BASE",
     "CURRENT",
     "DECISIONS",
     "DESIRED",
-    "HEADROOM",
     "OTHER",
+    "PANICKING",
+    "PEAKEDNESS",
     "PREDICTED_WARM_SHARE",
+    "REALISED_WARM_SHARE",
     "REASONS",
+    "RECOMMENDED",
     "REFILL",
     "reason_label",
     "record",

@@ -1,67 +1,97 @@
-"""Warm-pool autoscaler: the sizing decision (pure). Observation in, decision out; no I/O, no
-clock reads. The caller keeps :class:`Memory` between decisions.
+"""Warm-pool autoscaler: the sizing decision (pure; the caller keeps :class:`Memory`).
 
 **The model.** A claim is served warm when the pool has a Ready sandbox for it; adopting one starts
 a replacement that becomes Ready one refill time later. With Poisson claim arrivals at rate ``λ``,
 a mean refill time ``T`` and immediate replacement, the pool of ``N`` is an Erlang loss system: the
 ``N`` pool slots are the servers, a slot is busy while its replacement is being made, a claim that
-finds every slot busy is served cold (and does not occupy a slot). The share of cold claims is
-Erlang-B(N, λT) — whatever the distribution of the refill time, only its mean counts. The base size
-is the smallest ``N`` with ``1 - ErlangB(N, λT) ≥ target``.
+finds every slot busy is served cold. The share of cold claims is Erlang-B(N, a) with the offered
+load ``a = λT`` — whatever the distribution of the refill time, only its mean counts.
 
-**Bursts** are what static Poisson sizing misses: many claims within one refill time. Arrivals are
-binned (``Policy.burst_bin`` seconds); a bin far above the median bin (a Poisson tail test) is
-bursty, and a run of bursty bins is a burst *episode* (start, end, size above the base). Episodes
-are remembered across decisions (:class:`Memory`). From them the decision learns
+**One rule, no burst/base split** (docs/design/autoscaler.md, "The decision"). The size is the
+Erlang-B size of the offered load of the recent claims, from two windows as Knative's autoscaler
+has them:
 
-- the **size** a burst needs from the pool: the claims that arrive within one refill time inside a
-  burst, sized by Erlang-B (``min(S, servers(S·min(1, T/D)))``: for a refill longer than the
-  burst that is the whole burst ``S``; for a fast refill a handful);
-- **when** the next burst comes, if bursts recur regularly (gaps within a factor of 2 of each
-  other): the pool grows by that headroom ``lead`` seconds before the earliest expected start.
-  While a replacement made now would be Ready before the burst's expected end (its start + the
-  longest burst seen + the decision margin) the headroom is a rolling buffer and held whole;
-  after that it shrinks to the claims still to come, so replacements that cannot serve this
-  burst do not sit idle until the next one. The lead comes from the
-  measured refill times and the burst's length (:func:`lead_time`: the claims late in a burst
-  can wait for the slower creates) plus the decision cadence;
-- for bursts that do not recur regularly the headroom is held all the time (nothing to predict).
+- the **stable** estimate: the claims of the last ``stable_window`` seconds (at most what was
+  observed);
+- the **panic** estimate: the claims of the last ``panic_window`` seconds. When it is far above
+  the stable one (a rise no Poisson noise explains) the autoscaler *panics* for
+  ``panic_hold`` seconds: it sizes on the higher of the two, and never scales down. A short
+  window over-states a burst shorter than the refill time, so the panic load is capped at the
+  claims of the last refill time (``max(T, panic_window)`` seconds).
 
-**No refill time yet.** The decision is ``NoData`` and keeps the current size (within min..max),
-except a pool at 0 with claims arriving: it gets ``max(minReplicas, 1)`` (``Bootstrap``), as a
-pool that creates nothing never gives a refill sample.
+**Grouped arrivals** (claims created together, as parallel rollouts do) raise the variance of the
+load at the same mean. Claims less than ``group_gap`` seconds apart form a group; the window keeps
+the claims and the sum of their groups' squared sizes per bin, so the **peakedness**
+``z = 1 + κ·(E[X²]/E[X] - 1)`` of the load is measured (``X``: a group's size; ``κ = ∫S²/∫S`` of
+the refill times' survival function ``S``, 1 for a constant refill, ½ for an exponential one).
+The size follows Hayward's approximation: ``z`` times the Erlang-B size of ``a/z``.
 
-**Stabilisation.** Up at once; down only to the highest base recommendation of the last
-``scale_down_window`` seconds (HPA's rule). The learned burst schedule is a forecast, not noise,
-so it is not stabilised: its headroom comes at the predicted time and goes as the burst is served.
+**Stabilisation and rate limits** (HPA's ``behavior``). Up at once, down only to the highest
+recommendation of the last ``scale_down_window`` seconds, never while panicking; each direction
+is further limited by its policies (:class:`Rules`: at most so many sandboxes or percent per
+period; the one allowing the larger change applies).
+
+**Feedback from the realised warm share.** The caller gives the claims served warm and cold in
+the window (the claim controller counts them per pool). While the realised cold share is
+significantly above the allowance ``1 - target``, the scale-down window is stretched (doubled, up
+to ``hold_max`` times), so that capacity the model would release between irregular bursts is
+kept; it relaxes back with the time constant ``hold_relax``.
+
+**State that survives a restart** is the window itself (:class:`ArrivalBins`, at most
+``rate_window / bin_width`` bins): the caller writes it to the autoscaler's status and gives it
+back after a restart (:meth:`Memory.restore`); the first pass after a restart also holds the
+current size as a recommendation, so a restart never shrinks the pool.
+
+**No refill time yet:** ``NoData``, the current size kept (within min..max); a pool at 0 with
+claims gets ``max(minReplicas, 1)`` (``Bootstrap``): one that creates nothing is never measured.
 
 **The circuit breaker** (:func:`decide` around the sizing): while the pool's members do not
 become Ready, or the pool reports it cannot progress, the size never grows (the refill time is
-stale); reason ``MembersNeverReady`` / ``PoolNotReady``, :attr:`Decision.stalled`.
-
-**Optional: the target over a horizon** (``Policy.warm_share_horizon`` > 0): the base size
-minimises ``N + price·λ·ErlangB(N, λT)``, the price adapted so that the predicted cold share over
-the horizon meets ``1 - target`` (quiet hours may run below the target where that costs few
-claims). Off by default.
-
-Limits (docs/design/autoscaler.md, "Limits of the model"): Poisson within a regime, refill times
-independent of the load (a real API server slows down under a burst of creates), one pool, bursts
-detected at bin granularity, a schedule learned only from regular gaps (no time-of-day
-seasonality).
+stale); reason ``MembersNeverReady`` / ``PoolNotReady``, :attr:`Decision.stalled`. The limits
+of the model: docs/design/autoscaler.md, "Limits of the model".
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+
+from agentsandbox.controllers.autoscaler.behavior import (
+    DEFAULT_SCALE_DOWN,
+    DEFAULT_SCALE_UP,
+    PERCENT,
+    PODS,
+    SELECT_DISABLED,
+    SELECT_MAX,
+    SELECT_MIN,
+    Limit,
+    Rules,
+    limit,
+)
+from agentsandbox.controllers.autoscaler.queueing import (
+    erlang_b,
+    hayward_blocking,
+    hayward_servers,
+    percentile,
+    servers_for,
+    slot_kappa,
+)
+from agentsandbox.controllers.autoscaler.window import (
+    MIN_EVIDENCE,
+    ArrivalBins,
+    group_floor,
+    significantly_above,
+)
+from agentsandbox.controllers.autoscaler.window import trend as trend_of
 
 REASON_NO_DATA = "NoData"
 REASON_BOOTSTRAP = "Bootstrap"
 REASON_SCALED_UP = "ScaledUp"
 REASON_SCALED_DOWN = "ScaledDown"
 REASON_HOLDING = "HoldingForWindow"
+REASON_PANICKING = "HoldingInPanic"
+REASON_RATE_LIMITED = "RateLimited"
 REASON_AT_MINIMUM = "AtMinimum"
 REASON_AT_MAXIMUM = "AtMaximum"
 REASON_STEADY = "Steady"
@@ -76,23 +106,34 @@ class Policy:
     max_replicas: int
     target_warm_share: float  # e.g. 0.99: the share of claims to serve warm
     scale_down_window: float = 300.0  # seconds a lower recommendation must hold before scaling down
-    # seconds of arrivals the rate is measured over (at most; less while less was observed)
-    rate_window: float = 600.0
+    # seconds of arrivals kept (the stable window is at most this; the state in the status)
+    rate_window: float = 1800.0
+    bin_width: float = 10.0  # seconds per bin of the arrival window
+    stable_window: float = 1800.0  # seconds of claims the stable rate is measured over
+    panic_window: float = 60.0  # seconds of claims the panic rate is measured over
+    panic_hold: float = 300.0  # seconds panic lasts after its last trigger
+    drift_window: float = 300.0  # seconds of claims a slower change of rate is detected over
+    panic_sigmas: float = 4.0  # how far above the stable rate the panic window must be
+    group_gap: float = 0.05  # seconds: claims this close to a group's first join the group
+    group_horizon: float = 7200.0  # seconds the grouping of arrivals is measured over
     # added to the measured create -> Ready time: the work queue's coalescing and the create call
     # before the create is timed (the slot is busy from the adoption, not from the create)
-    refill_overhead: float = 0.1
-    # burst detection: bin width (seconds) and the least excess claims an episode must have
-    burst_bin: float = 10.0
-    burst_min_claims: int = 10
-    # how many past episodes the burst size and spacing are learned from
-    burst_history: int = 12
-    # 0: the target holds at every moment (Erlang-B at the current rate). > 0: it holds on
-    # average over about this many seconds of claims: the size minimises sandboxes + mu x
-    # predicted cold claims, mu adapted so the predicted cold share over the horizon meets the
-    # allowance (a sandbox is added where it saves the most cold claims; a quiet night may run
-    # below the target where it costs few claims). See docs/design/autoscaler.md, "The
-    # decision" (item 7); the results in docs/autoscaling.md, "Results".
-    warm_share_horizon: float = 0.0
+    refill_overhead: float = 0.05
+    scale_up: Rules = DEFAULT_SCALE_UP
+    scale_down: Rules = DEFAULT_SCALE_DOWN
+    # feedback: the scale-down window is stretched up to this factor while the realised cold
+    # share misses the allowance, and relaxes back with this time constant (seconds)
+    hold_max: float = 12.0
+    hold_relax: float = 3600.0
+    feedback_min_claims: int = 20  # fewer served claims in the window: no feedback
+    # the allowance correction: realised shares weighted over feedback_horizon seconds, a prior
+    # of feedback_prior cold claims at the target's share, an integral time of
+    # feedback_integral seconds, the correction kept within feedback_min..feedback_max
+    feedback_horizon: float = 3600.0
+    feedback_prior: float = 1.0
+    feedback_integral: float = 1800.0
+    feedback_min: float = 1.0
+    feedback_max: float = 2.0
     # the circuit breaker (docs/design/autoscaler.md, "A pool that never becomes Ready"): it
     # trips when the oldest not-Ready member is older than breaker_factor x the p99 refill time
     # (breaker_default when none was measured), kept within breaker_floor..breaker_cap — the
@@ -110,6 +151,13 @@ class Observation:
     arrivals: Sequence[float]  # claim creation times seen (the caller keeps a window, e.g. 10 min)
     refill_seconds: Sequence[float]  # recent pool-sandbox create->Ready durations
     current_replicas: int  # the pool's spec.replicas now
+    # the arrivals already binned (the controller's windows keep them so); None: bin arrivals
+    bins: ArrivalBins | None = None
+    # the claims of the pool served warm and cold in the window, as counted by the claim
+    # controller (None: not known)
+    served: tuple[int, int] | None = None
+    # the same, in total since the claim controller started (None: not known)
+    served_total: tuple[int, int] | None = None
     # the circuit breaker's inputs: seconds since the oldest not-Ready pool member was created
     # (None: every member is Ready), whether the pool reports it can progress (its Ready
     # condition not SandboxCreateFailed, SandboxesBlocked, TemplateNotFound or TemplateError),
@@ -121,160 +169,57 @@ class Observation:
 
 
 @dataclass
-class Burst:
-    start: float  # first claim of the episode
-    end: float  # last claim seen in it
-    size: int  # claims above the base level
-
-
-@dataclass
 class Memory:
     """Kept by the caller between decisions; starts empty."""
 
     recommendations: list[tuple[float, int]] = field(default_factory=list)
+    changes: list[tuple[float, int]] = field(default_factory=list)  # (when, replicas delta)
     first_seen: float | None = None  # earliest time observed (first decision or arrival)
     last_decision: float | None = None
     refill_mean: float | None = None  # last measured (kept when the samples run out)
     refill_p99: float | None = None
-    refill_sorted: list[float] = field(default_factory=list)  # the last samples, sorted
-    bursts: list[Burst] = field(default_factory=list)
-    # warm_share_horizon: the cold-claim price (sandbox-seconds per cold claim) and the
-    # predicted claims and cold claims over the horizon (exponentially decayed)
-    cold_price: float | None = None
-    claims_seen: float = 0.0
-    cold_seen: float = 0.0
+    refill_kappa: float = 1.0  # ∫S² / ∫S of the refill times (peakedness of the slots)
+    restored: ArrivalBins | None = None  # the window a previous process kept (status)
+    window: ArrivalBins | None = None  # the window of the last decision (to persist)
+    panic_until: float | None = None
+    regime_start: float | None = None  # the last significant change of rate
+    last_panic: float | None = None
+    hold: float = 1.0  # the feedback's stretch of the scale-down window
+    served_last: tuple[int, int] | None = None  # the served totals of the last decision
+    served_warm: float = 0.0  # exponentially weighted served claims (feedback_horizon)
+    served_cold: float = 0.0
+    allowance_scale: float = 1.0  # the realised share's correction of the allowance
+    counted_bin: int = -(2**62)  # the last closed bin added to the grouping statistics
+    group_claims: float = 0.0  # exponentially weighted claims and squares (group_horizon)
+    group_squares: float = 0.0
+    trend_bin: int | None = None  # the bin the trend was last tested in, and its result
+    trend: float = 0.0
     breaker_since: float | None = None  # when the circuit breaker tripped (None: not tripped)
+
+    def restore(self, window: ArrivalBins | None, now: float, replicas: int) -> None:
+        """A new process: the window from the status, the current size held as a
+        recommendation (a restart never shrinks the pool)."""
+        self.restored = window
+        self.recommendations.append((now, replicas))
+        if window is not None and window.claims:
+            start = window.first * window.width
+            self.first_seen = start if self.first_seen is None else min(self.first_seen, start)
 
 
 @dataclass(frozen=True)
 class Decision:
     replicas: int  # the pool size to set (within min..max)
     reason: str  # CamelCase: see the REASON_* constants
-    message: str  # human sentence: why (rate, refill time, Erlang-B cold share, headroom)
-    arrival_rate: float  # per second, as measured (all claims in the window)
+    message: str  # human sentence: why (rates, refill time, Erlang-B cold share, holds)
+    arrival_rate: float  # per second: the stable window's rate
     refill_time: float  # seconds: the mean create -> Ready time measured (+ refill_overhead)
-    predicted_warm_share: float  # 1 - ErlangB(replicas, base rate x refill time)
-    base_replicas: int = 0  # Erlang-B size for the base (non-burst) rate
-    burst_headroom: int = 0  # added for a burst (predicted, ongoing or unpredictable)
-    base_rate: float = 0.0  # per second, claims outside burst episodes
-    next_burst: float | None = None  # earliest expected start of the next burst, if predicted
+    predicted_warm_share: float  # 1 - blocking of the offered load at ``replicas``
+    panic_rate: float = 0.0  # per second: the panic window's rate
+    panicking: bool = False
+    peakedness: float = 1.0  # z of the offered load (1: Poisson)
+    realised_warm_share: float | None = None  # from the served counts given (None: unknown)
+    recommended: int = 0  # the unstabilised, unlimited size (within min..max)
     stalled: bool = False  # the circuit breaker is tripped: no growth (ScalingActive=False)
-
-
-# ------------------------------------------------------------------------------------ Erlang-B
-def erlang_b(servers: int, offered_load: float) -> float:
-    """Blocking probability of an M/G/N/N loss system: the recursion
-    ``B(0) = 1, B(n) = a·B(n-1) / (n + a·B(n-1))`` (stable: no factorials, no powers)."""
-    if servers < 0:
-        raise ValueError("servers must be >= 0")
-    if offered_load < 0:
-        raise ValueError("offered_load must be >= 0")
-    b = 1.0
-    for n in range(1, servers + 1):
-        ab = offered_load * b
-        b = ab / (n + ab)
-    return b
-
-
-def servers_for(offered_load: float, target: float, cap: int) -> int:
-    """The smallest N ≤ cap with ``1 - ErlangB(N, a) ≥ target``; ``cap + 1`` if none is."""
-    if offered_load <= 0:
-        return 0
-    b = 1.0
-    n = 0
-    while 1.0 - b < target:
-        if n > cap:
-            return cap + 1
-        n += 1
-        ab = offered_load * b
-        b = ab / (n + ab)
-    return n
-
-
-# ------------------------------------------------------------------------------------ helpers
-def lead_time(refills: Sequence[float], duration: float, target: float) -> float:
-    """How long before a burst of ``duration`` seconds its headroom must be created.
-
-    The burst's claims arrive spread over ``duration``; the share ``p`` of them that arrives first
-    needs Ready sandboxes only ``p·duration`` after the start. Sandboxes created ``lead`` seconds
-    before the start are Ready by then in the share ``F(lead + p·duration)`` (F: the refill
-    times' distribution, from the samples). Every ``p`` up to the target must be covered:
-    ``lead = max over p <= target of (Q(p) - p·duration)``.
-    """
-    ordered = sorted(refills)
-    n = len(ordered)
-    lead = 0.0
-    for k, q in enumerate(ordered):
-        p = k / n
-        if p > target:
-            break
-        lead = max(lead, q - p * duration)
-    return lead
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
-    return ordered[rank]
-
-
-def _episodes(arrivals: Sequence[float], start: float, now: float, policy: Policy) -> list[Burst]:
-    """Burst episodes among ``arrivals`` in (start, now]: runs of bins far above the median."""
-    width = policy.burst_bin
-    first = math.floor(start / width)
-    last = math.floor(now / width)
-    nbins = last - first + 1
-    if nbins < 3:
-        return []
-    counts = [0] * nbins
-    members: list[list[float]] = [[] for _ in range(nbins)]
-    for t in arrivals:
-        if start < t <= now:
-            i = math.floor(t / width) - first
-            counts[i] += 1
-            members[i].append(t)
-    base = sorted(counts)[nbins // 2]
-    threshold = base + max(3.0, 4.0 * math.sqrt(base) + 1.0)
-    out: list[Burst] = []
-    run: list[int] = []
-
-    def close() -> None:
-        if not run:
-            return
-        count = sum(counts[i] for i in run)
-        span = run[-1] - run[0] + 1
-        excess = count - base * span
-        if excess >= max(policy.burst_min_claims, 6.0 * math.sqrt(base * span + 1.0)):
-            times = [t for i in run for t in members[i]]
-            out.append(Burst(start=min(times), end=max(times), size=int(excess)))
-
-    for i, c in enumerate(counts):
-        if c >= threshold:
-            if run and i - run[-1] > 2:  # a gap of more than one quiet bin ends the episode
-                close()
-                run = []
-            run.append(i)
-    close()
-    return out
-
-
-def _merge(memory: Memory, found: list[Burst], policy: Policy) -> None:
-    slack = 2 * policy.burst_bin
-    for ep in found:
-        for old in memory.bursts:
-            if ep.start <= old.end + slack and ep.end >= old.start - slack:
-                old.start = min(old.start, ep.start)
-                old.end = max(old.end, ep.end)
-                old.size = max(old.size, ep.size)
-                break
-        else:
-            memory.bursts.append(ep)
-    memory.bursts.sort(key=lambda b: b.start)
-    del memory.bursts[: max(0, len(memory.bursts) - (policy.burst_history + 1))]
-
-
-def _in_episodes(t: float, bursts: Sequence[Burst]) -> bool:
-    return any(b.start <= t <= b.end for b in bursts)
 
 
 # ------------------------------------------------------------------------------------ decide
@@ -338,32 +283,33 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     now = obs.now
     lo, hi = policy.min_replicas, max(policy.min_replicas, policy.max_replicas)
     current = obs.current_replicas
-    cadence = (
-        min(now - memory.last_decision, policy.rate_window)
-        if memory.last_decision is not None and now > memory.last_decision
-        else policy.burst_bin
-    )
+    dt = now - memory.last_decision if memory.last_decision is not None else 0.0
     memory.last_decision = now
     if memory.first_seen is None:
         memory.first_seen = now
+    # the window: the caller's bins, or the arrivals binned
+    bins = obs.bins or ArrivalBins.of(obs.arrivals, policy.bin_width, policy.group_gap)
+    arrived = next((i for i, c in enumerate(bins.claims) if c), None)
+    if arrived is not None:
+        memory.first_seen = min(memory.first_seen, (bins.first + arrived) * bins.width)
     if obs.arrivals:
         memory.first_seen = min(memory.first_seen, min(obs.arrivals))
 
     if obs.refill_seconds:
         memory.refill_mean = sum(obs.refill_seconds) / len(obs.refill_seconds)
-        memory.refill_p99 = _percentile(obs.refill_seconds, 0.99)
-        memory.refill_sorted = sorted(obs.refill_seconds)
+        memory.refill_p99 = percentile(obs.refill_seconds, 0.99)
+        memory.refill_kappa = slot_kappa(obs.refill_seconds)
     if memory.refill_mean is None or memory.refill_p99 is None:
         keep = min(max(current, lo), hi)
         boot = min(max(lo, 1), hi)
-        if keep == 0 and obs.arrivals and boot > 0:
+        if keep == 0 and arrived is not None and boot > 0:
             # a pool at 0 never creates, so never gives a refill sample: one sandbox, so that
             # one can be measured (minReplicas 0 would otherwise stay at 0, every claim cold)
             return Decision(
                 replicas=boot,
                 reason=REASON_BOOTSTRAP,
                 message=(
-                    f"no refill time measured yet and {len(obs.arrivals)} claims seen at 0 "
+                    f"no refill time measured yet and {sum(bins.claims)} claims seen at 0 "
                     f"replicas: bootstrap to {boot} so that a refill can be measured"
                 ),
                 arrival_rate=0.0,
@@ -379,73 +325,234 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
             predicted_warm_share=0.0,
         )
     refill = memory.refill_mean + policy.refill_overhead
-    margin = policy.refill_overhead + cadence
-
-    # rates: all claims, and those outside burst episodes
-    span = max(min(policy.rate_window, now - memory.first_seen), policy.burst_bin)
-    since = now - span
-    recent = [t for t in obs.arrivals if since < t <= now]
-    rate = len(recent) / span
-    _merge(memory, _episodes(recent, since, now, policy), policy)
-    base_rate = sum(1 for t in recent if not _in_episodes(t, memory.bursts)) / span
-
     target = policy.target_warm_share
-    base = servers_for(base_rate * refill, target, hi)
-    if policy.warm_share_horizon > 0 and base_rate > 0:
-        base = _priced_size(base_rate, refill, base, cadence, policy, memory)
-    headroom, why, next_burst = _burst_headroom(now, recent, refill, margin, policy, memory)
 
-    # HPA stabilisation on the base recommendation; the burst schedule adds on top
-    base_rec = min(max(base, lo), hi)
-    memory.recommendations.append((now, base_rec))
-    horizon = now - policy.scale_down_window
+    # the window, with what a previous process kept
+    if memory.restored is not None:
+        bins = bins.copy()
+        bins.merge_max(memory.restored)
+        memory.restored.trim(now, policy.rate_window)
+        if not memory.restored.claims:
+            memory.restored = None
+    bins.trim(now, policy.rate_window)
+    memory.window = bins
+
+    # the stable and panic rates: the stable one over the current regime (since the last
+    # significant change of rate, at most stable_window), the panic one over panic_window
+    begin = memory.first_seen
+    if memory.regime_start is not None:
+        begin = max(begin, memory.regime_start)
+    stable_claims, squares, largest, start = bins.total(max(now - policy.stable_window, begin))
+    stable_span = max(now - max(start, begin), policy.bin_width)
+    rate = stable_claims / stable_span
+    # the index of dispersion of the counts: 1 for Poisson arrivals, E[X²]/E[X] for groups
+    # (X: a group's size). It does not depend on the rate, so it is measured over about
+    # group_horizon seconds (the closed bins, exponentially weighted), the window's own until
+    # enough claims were seen
+    decay = math.exp(-bins.width / policy.group_horizon)
+    current_bin = math.floor(now / bins.width)
+    for k in range(max(memory.counted_bin + 1, bins.first), current_bin):
+        i = k - bins.first
+        if i >= len(bins.claims):
+            break
+        memory.group_claims = memory.group_claims * decay + bins.claims[i]
+        memory.group_squares = memory.group_squares * decay + bins.squares[i]
+    memory.counted_bin = max(memory.counted_bin, current_bin - 1)
+    if memory.group_claims >= max(stable_claims, 1):
+        dispersion = max(1.0, memory.group_squares / memory.group_claims)
+    else:
+        dispersion = max(1.0, squares / stable_claims) if stable_claims else 1.0
+    observed = max(now - memory.first_seen, policy.bin_width)
+    panic_span = min(policy.panic_window, observed)
+    panic_claims, _, _, pstart = bins.total(now - panic_span)
+    panic_span = max(now - max(pstart, memory.first_seen), min(policy.bin_width, panic_span))
+    panic_rate = panic_claims / panic_span
+    expected = rate * panic_span
+    if stable_span > panic_span and significantly_above(
+        panic_claims, expected, dispersion, policy.panic_sigmas
+    ):
+        memory.panic_until = now + policy.panic_hold
+        memory.last_panic = now
+        memory.regime_start = now - panic_span
+    elif stable_span > 2 * panic_span and significantly_above(expected, panic_claims, dispersion):
+        memory.regime_start = now - panic_span  # a significant drop: a new regime
+    elif stable_span > 2 * policy.drift_window and rate * policy.drift_window >= MIN_EVIDENCE:
+        # a slower change (a ramp): the last drift_window against the regime's rate, both ways
+        drift_claims, _, _, dstart = bins.total(now - policy.drift_window)
+        drift_expected = rate * (now - dstart)
+        if significantly_above(drift_claims, drift_expected, dispersion) or significantly_above(
+            drift_expected, drift_claims, dispersion
+        ):
+            memory.regime_start = dstart
+    panicking = memory.panic_until is not None and now < memory.panic_until
+    if not panicking:
+        memory.panic_until = None
+    z = 1.0
+    if stable_claims:
+        # less the pairs Poisson arrivals make by chance (a claim within group_gap of the
+        # previous one: probability about rate x group_gap, adding about 2 to the squares)
+        chance = 2.0 * rate * policy.group_gap
+        z = 1.0 + memory.refill_kappa * max(0.0, dispersion - 1.0 - chance)
+
+    # the realised cold share over about feedback_horizon seconds (exponentially weighted
+    # increments of the served totals, with a prior of feedback_prior cold claims at the
+    # target's share) corrects the allowance the sizing uses (integral action): a model that
+    # over- or under-sizes (peakedness approximated, refill times not independent) is steered
+    # to the target by what the claims actually got
+    allowance = 1.0 - target
+    if obs.served_total is not None:
+        warm_total, cold_total = obs.served_total
+        last_warm, last_cold = memory.served_last or (0, 0)
+        if warm_total >= last_warm and cold_total >= last_cold:
+            new_warm, new_cold = warm_total - last_warm, cold_total - last_cold
+        else:  # the counts restarted (a new claim controller process)
+            new_warm, new_cold = warm_total, cold_total
+        memory.served_last = (warm_total, cold_total)
+        # only the claims of settled periods count (not while the rate changes — a panic, a
+        # new regime — nor before a whole stable window was observed): the misses of a
+        # transition are not the model's bias
+        settled = (
+            not panicking
+            and now - memory.first_seen >= policy.stable_window
+            and (memory.regime_start is None or now - memory.regime_start >= policy.panic_hold)
+        )
+        if dt > 0 and settled:
+            decay = math.exp(-dt / policy.feedback_horizon)
+            memory.served_warm = memory.served_warm * decay + new_warm
+            memory.served_cold = memory.served_cold * decay + new_cold
+            prior = policy.feedback_prior / allowance
+            measured = (memory.served_cold + policy.feedback_prior) / (
+                memory.served_warm + memory.served_cold + prior
+            )
+            step = min(1.0, dt / policy.feedback_integral)
+            error = min(max(math.log(allowance / measured), -1.0), 1.0)
+            memory.allowance_scale *= math.exp(step * error)
+            memory.allowance_scale = min(
+                max(memory.allowance_scale, policy.feedback_min), policy.feedback_max
+            )
+    steered = min(allowance * memory.allowance_scale, 0.5)
+    target = 1.0 - steered
+
+    # a rising trend within the regime (a ramp too slow to be a change): the rate one refill
+    # time ahead, when the least-squares slope of the bins is significantly positive
+    # (tested once per bin, on the closed bins: as often whatever the passes' frequency)
+    if memory.trend_bin != current_bin:
+        memory.trend_bin = current_bin
+        memory.trend = (
+            trend_of(bins, max(start, begin), current_bin * bins.width, dispersion)
+            if stable_claims >= MIN_EVIDENCE
+            else 0.0
+        )
+    trend = 0.0 if panicking else memory.trend
+    ahead = rate
+    if trend > 0:
+        # from the rate of the last drift_window (at most), its middle to a refill time ahead
+        recent, _, _, rstart = bins.total(max(now - policy.drift_window, begin))
+        span = max(now - max(rstart, begin), policy.bin_width)
+        ahead = max(rate, recent / span + trend * (span / 2.0 + refill))
+    load = ahead * refill
+    if panicking:
+        # the panic load, at most the claims of the last refill time: a burst shorter than
+        # the refill needs no more sandboxes than it has claims
+        recent, _, _, _ = bins.total(now - max(refill, policy.panic_window))
+        load = max(load, min(panic_rate * refill, float(recent)))
+    need = hayward_servers(load, z, target, hi)
+    if largest > 1 and stable_claims:
+        # a group of G claims finds at most the Ready members there are: when the refill is fast
+        # the pool is full as a group comes, and a pool of N serves G - N of them cold. With
+        # each bin's largest group only (a lower bound on the cold claims), N must keep them
+        # within the allowance of the window's claims
+        floor = group_floor(bins, max(start, begin), (1.0 - target) * stable_claims)
+        need = max(need, min(floor, hi + 1))
+    rec = min(max(need, lo), hi)
+
+    # the realised warm share: stretch the scale-down window while it misses the allowance
+    realised = None
+    if obs.served is not None:
+        warm, cold = obs.served
+        served = warm + cold
+        if served:
+            realised = warm / served
+        allowed = (1.0 - policy.target_warm_share) * served
+        if dt > 0:
+            memory.hold = 1.0 + (memory.hold - 1.0) * math.exp(-dt / policy.hold_relax)
+        # a miss after a rise the model did not see coming (a panic within the window): keep
+        # capacity longer; a miss in steady traffic is the model's noise, not a reason to hold
+        surprised = memory.last_panic is not None and now - memory.last_panic <= policy.rate_window
+        if (
+            surprised
+            and served >= policy.feedback_min_claims
+            and significantly_above(cold, allowed)
+        ):
+            memory.hold = min(policy.hold_max, max(memory.hold, 2.0 * memory.hold))
+
+    # stabilisation (down only to the highest recommendation of the stretched window)
+    memory.recommendations.append((now, rec))
+    window = policy.scale_down_window * memory.hold
+    horizon = now - window
     memory.recommendations = [(t, n) for t, n in memory.recommendations if t >= horizon]
     stable = max(n for _, n in memory.recommendations)
-    need = base + headroom  # unclamped
-    rec = min(max(base_rec + headroom, lo), hi)
-    wanted = min(max(base_rec + headroom, lo), hi)
+    wanted = rec
     if wanted < current:
-        wanted = min(current, max(wanted, min(stable + headroom, hi)))
-    replicas = wanted
+        wanted = min(current, stable)
+        if panicking:
+            wanted = current
+    # rate limits (HPA behavior)
+    longest = max(
+        (lim.period for lim in (*policy.scale_up.limits, *policy.scale_down.limits)), default=0.0
+    )
+    memory.changes = [(t, d) for t, d in memory.changes if t > now - longest]
+    limited = False
+    if wanted > current:
+        cap = limit(policy.scale_up, True, current, memory.changes, now)
+        if cap is not None and wanted > cap:
+            wanted, limited = max(cap, current), True
+    elif wanted < current:
+        lowest = limit(policy.scale_down, False, current, memory.changes, now)
+        if lowest is not None and wanted < lowest:
+            wanted, limited = min(lowest, current), True
+    replicas = min(max(wanted, lo), hi)
+    if replicas != current:
+        memory.changes.append((now, replicas - current))
 
-    load = base_rate * refill
-    cold = erlang_b(base, load) if base <= hi else erlang_b(hi, load)
-    predicted = 1.0 - erlang_b(max(replicas - headroom, 0), load)
-    if policy.warm_share_horizon > 0:
-        decay = math.exp(-cadence / policy.warm_share_horizon)
-        memory.claims_seen = memory.claims_seen * decay + base_rate * cadence
-        memory.cold_seen = memory.cold_seen * decay + base_rate * cadence * (1.0 - predicted)
-    # the measured create -> Ready (mean, p99) and the overhead the slot adds to it
+    predicted = 1.0 - hayward_blocking(replicas, load, z)
     timing = (
         f"create -> Ready mean {memory.refill_mean:.3g}s (p99 {memory.refill_p99:.3g}s) "
         f"+ {policy.refill_overhead:g}s"
     )
-    if load > 0:
-        sizing = (
-            f"offered load {load:.3g}, Erlang-B cold share {cold:.2%} at {min(base, hi)} "
-            f"for a {target:.2%} target"
-        )
-    else:
-        sizing = "no claims outside bursts: no base size needed"
-    parts = [f"claims {rate:.3g}/s ({base_rate:.3g}/s outside bursts), {timing}: {sizing}"]
-    if headroom:
-        parts.append(f"burst headroom {headroom} ({why})")
-    elif why:
-        parts.append(why)
+    parts = [
+        f"claims {rate:.3g}/s over {stable_span:.0f}s ({panic_rate:.3g}/s over the last "
+        f"{panic_span:.0f}s{', panicking' if panicking else ''}), {timing}: offered load "
+        f"{load:.3g}"
+        + (f" of peakedness {z:.2f}" if z > 1.0 else "")
+        + f", {need} sandboxes by Erlang-B for a {target:.2%} target"
+    ]
+    if realised is not None:
+        parts.append(f"realised warm share {realised:.2%} over the window")
+    if memory.hold > 1.0 + 1e-6:
+        parts.append(f"scale-down window stretched to {window:.0f}s")
     if replicas > current:
-        reason = REASON_SCALED_UP
-        parts.append(f"scaled up {current} -> {replicas}")
+        reason = REASON_RATE_LIMITED if limited else REASON_SCALED_UP
+        parts.append(f"scaled up {current} -> {replicas}" + (" (rate-limited)" if limited else ""))
     elif replicas < current:
-        reason = REASON_SCALED_DOWN
-        parts.append(f"scaled down {current} -> {replicas}")
+        reason = REASON_RATE_LIMITED if limited else REASON_SCALED_DOWN
+        parts.append(
+            f"scaled down {current} -> {replicas}" + (" (rate-limited)" if limited else "")
+        )
     elif need > hi and replicas == hi:
         reason = REASON_AT_MAXIMUM
         parts.append(f"needs {need}, held at the maximum {hi}")
+    elif limited:
+        reason = REASON_RATE_LIMITED
+        parts.append(f"recommends {rec}; rate limits keep {current}")
+    elif rec < current and panicking:
+        reason = REASON_PANICKING
+        parts.append(f"recommends {rec}; holding {current} while panicking")
     elif rec < current:
         reason = REASON_HOLDING
         parts.append(
-            f"recommends {rec}; holding {current}: a higher recommendation "
-            f"within the last {policy.scale_down_window:g}s"
+            f"recommends {rec}; holding {current}: a higher recommendation within the last "
+            f"{window:.0f}s"
         )
     elif need <= lo and replicas == lo:
         reason = REASON_AT_MINIMUM
@@ -460,121 +567,34 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         arrival_rate=rate,
         refill_time=refill,
         predicted_warm_share=predicted,
-        base_replicas=base_rec,
-        burst_headroom=headroom,
-        base_rate=base_rate,
-        next_burst=next_burst,
+        panic_rate=panic_rate,
+        panicking=panicking,
+        peakedness=z,
+        realised_warm_share=realised,
+        recommended=rec,
     )
 
 
-def _priced_size(
-    rate: float, refill: float, strict: int, cadence: float, policy: Policy, memory: Memory
-) -> int:
-    """The size minimising ``N + price x rate x ErlangB(N, rate x refill)``: sandboxes are added
-    while the next one saves at least 1/price cold claims per second. The price starts where
-    this size equals the per-moment one (``strict``) and is adapted (a time constant of a tenth
-    of the horizon) towards the predicted cold share over the horizon meeting ``1 - target``."""
-    load = rate * refill
-    allowance = 1.0 - policy.target_warm_share
-    if memory.cold_price is None:
-        saved = rate * (erlang_b(max(strict - 1, 0), load) - erlang_b(strict, load))
-        memory.cold_price = 1.0 / max(saved, 1e-12)
-    elif memory.claims_seen > 0 and allowance > 0:
-        share = memory.cold_seen / memory.claims_seen
-        step = cadence / (0.1 * policy.warm_share_horizon)
-        ratio = min(max(share / allowance, 0.1), 10.0)
-        memory.cold_price *= math.exp(min(step, 1.0) * math.log(ratio))
-    price = memory.cold_price
-    n = 0
-    b = 1.0
-    while n <= policy.max_replicas:
-        nxt = load * b / (n + 1 + load * b)
-        if price * rate * (b - nxt) < 1.0:
-            break
-        n, b = n + 1, nxt
-    return n
-
-
-def _burst_headroom(
-    now: float,
-    recent: Sequence[float],
-    refill: float,
-    margin: float,
-    policy: Policy,
-    memory: Memory,
-) -> tuple[int, str, float | None]:
-    """(headroom, why, next expected burst start) from the learned episodes."""
-    bursts = memory.bursts
-    if not bursts:
-        return 0, "", None
-    cap = policy.max_replicas
-    target = policy.target_warm_share
-    ongoing = bursts[-1] if bursts[-1].end >= now - 2 * policy.burst_bin else None
-    done = [b for b in bursts if b is not ongoing][-policy.burst_history :]
-
-    def need(size: int, duration: float) -> int:
-        # the claims of one refill time within the burst: all of them when the refill is
-        # longer than the burst
-        load = size * min(1.0, refill / max(duration, 1e-9))
-        return min(size, servers_for(load, target, cap))
-
-    if ongoing is not None:
-        seen = sum(1 for t in recent if t >= ongoing.start)
-        if done:
-            size = max(b.size for b in done)
-            duration = max(b.end - b.start for b in done)
-            expected_end = ongoing.start + duration + margin
-            if now + refill < expected_end:
-                # a replacement made now is Ready before the burst should be over: the headroom
-                # is a rolling buffer, held whole (a claim seen is not yet a claim served — the
-                # adoption lags — and a smaller pool deletes not-Ready replacements first, then
-                # the newest Ready members, which the burst's claims still to come need).
-                # Otherwise replacements cannot serve this burst and the headroom shrinks to
-                # the claims still to come.
-                return (
-                    need(size, duration),
-                    f"burst under way: {seen} of ~{size} claims seen, "
-                    f"held until t+{expected_end - now:.0f}s",
-                    None,
-                )
-            remaining = max(0, size - seen)
-            return (
-                min(need(size, duration), remaining),
-                f"burst under way: {seen} of ~{size} claims seen",
-                None,
-            )
-        # a first burst: react at its own rate
-        duration = max(now - ongoing.start, policy.burst_bin)
-        return need(seen, duration), f"burst under way: {seen} claims so far", None
-    size = max(b.size for b in done)
-    duration = max(b.end - b.start for b in done)
-    headroom = need(size, duration)
-    starts = [b.start for b in done]
-    gaps = [b - a for a, b in itertools.pairwise(starts)]
-    if not gaps:
-        return 0, f"one burst of {size} seen; waiting for a second to learn the spacing", None
-    gmin, gmax = min(gaps), max(gaps)
-    if gmax > 2 * gmin:
-        return headroom, f"bursts of up to {size} at irregular gaps: held", None
-    # the shortest gap seen, less a slack (a few samples rarely hold the true minimum) and a
-    # bin (episodes start at bin granularity). The slack: for n gaps spread uniformly the
-    # smallest lies about range/(n-1) above the true minimum; never less than a quarter of the
-    # range; from a single gap (no spread known yet) a quarter of that gap.
-    n = len(gaps)
-    slack = 0.25 * gmin if n == 1 else max(0.25, 1.0 / (n - 1)) * (gmax - gmin)
-    earliest = starts[-1] + gmin - slack - policy.burst_bin
-    lead = margin + lead_time(memory.refill_sorted, duration, target)
-    if now > starts[-1] + 2 * gmax:
-        return 0, f"bursts every ~{gmin:.0f}-{gmax:.0f}s stopped", None
-    if now >= earliest - lead:
-        return (
-            headroom,
-            f"next burst of ~{size} expected from t+{max(earliest - now, 0):.0f}s "
-            f"(every {gmin:.0f}-{gmax:.0f}s, lead {lead:.0f}s)",
-            earliest,
-        )
-    return (
-        0,
-        f"next burst of ~{size} expected in {earliest - now:.0f}s; growing {lead:.0f}s before",
-        earliest,
-    )
+__all__ = [
+    "DEFAULT_SCALE_DOWN",
+    "DEFAULT_SCALE_UP",
+    "PERCENT",
+    "PODS",
+    "SELECT_DISABLED",
+    "SELECT_MAX",
+    "SELECT_MIN",
+    "ArrivalBins",
+    "Decision",
+    "Limit",
+    "Memory",
+    "Observation",
+    "Policy",
+    "Rules",
+    "breaker_limit",
+    "decide",
+    "erlang_b",
+    "hayward_blocking",
+    "hayward_servers",
+    "servers_for",
+    "slot_kappa",
+]

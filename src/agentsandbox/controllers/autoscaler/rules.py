@@ -172,6 +172,7 @@ class StatusInput:
     last_scale: Mapping[str, Any] | None = None  # {time, fromReplicas, toReplicas, reason, message}
     # the SharedTemplate condition's message (None: no other autoscaled pool on the template)
     shared_template: str | None = None
+    window: Mapping[str, Any] | None = None  # the arrival window to keep (ArrivalBins.to_status)
 
 
 def build_status(
@@ -191,10 +192,24 @@ def build_status(
         out["arrivalRate"] = round(d.arrival_rate, 3)
         out["refillSeconds"] = round(d.refill_time, 2)
         out["predictedWarmShare"] = round(d.predicted_warm_share, 4)
+        if d.realised_warm_share is not None:
+            out["realisedWarmShare"] = round(d.realised_warm_share, 4)
+        elif before.get("realisedWarmShare") is not None:
+            out["realisedWarmShare"] = before["realisedWarmShare"]
     else:
-        for key in ("desiredReplicas", "arrivalRate", "refillSeconds", "predictedWarmShare"):
+        for key in (
+            "desiredReplicas",
+            "arrivalRate",
+            "refillSeconds",
+            "predictedWarmShare",
+            "realisedWarmShare",
+        ):
             if before.get(key) is not None:
                 out[key] = before[key]
+    if given.window is not None:
+        out["window"] = dict(given.window)
+    elif before.get("window") is not None:
+        out["window"] = before["window"]
     last_scaled = given.last_scaled
     if last_scaled is None and isinstance(before.get("lastScaledReplicas"), int):
         last_scaled = before["lastScaledReplicas"]

@@ -12,9 +12,9 @@ from agentsandbox.api.conditions import is_sandbox_ready
 from agentsandbox.api.kinds import SANDBOX_WARM_POOL
 from agentsandbox.api.owners import controller_of
 from agentsandbox.api.timefmt import parse_rfc3339
+from agentsandbox.controllers.autoscaler.plan import ArrivalBins
 from agentsandbox.kube.store import KubeObject
 
-LIVE_SLACK = 2.0  # seconds: a first sight this close to creationTimestamp is "live"
 MAX_REFILL_SAMPLES = 500
 
 
@@ -76,8 +76,13 @@ class Windows:
         window: float,
         clock: Callable[[], float],
         monotonic: Callable[[], float] | None = None,
+        bin_width: float = 10.0,
+        group_gap: float = 0.05,
     ) -> None:
         self.window = window
+        self.bin_width = bin_width
+        self.group_gap = group_gap
+        self.bins: dict[str, ArrivalBins] = {}  # key -> the arrivals per bin
         self.clock = clock
         self.monotonic = monotonic or clock
         self.arrivals: dict[str, dict[str, float]] = {}  # key -> claim uid -> time
@@ -87,21 +92,30 @@ class Windows:
         self._last_ready: dict[str, float] = {}  # pool -> a member last seen turning Ready
 
     # ------------------------------------------------------------------ claims
-    def claim_added(self, claim: KubeObject) -> list[str]:
+    def claim_added(self, claim: KubeObject, *, listed: bool = False) -> list[str]:
+        """A claim the informer shows for the first time. Seen by the watch as it is created, its
+        time is this process's first sight (the controller's clock, precise to the event);
+        shown by a (re)list or a replay of the cache (``listed``), its ``creationTimestamp``
+        (the API server's clock, whole seconds), which takes no part in grouping."""
         keys = claim_keys(claim)
         if not keys:
             return []
         meta = claim.get("metadata") or {}
         now = self.clock()
         created = _ts(meta.get("creationTimestamp"))
-        when = now if created is None or 0 <= now - created < LIVE_SLACK else created
-        if when < now - self.window:
+        precise = not listed or created is None
+        when = now if precise else created
+        if when is None or when < now - self.window:
             return []
         uid = str(meta.get("uid") or meta.get("name"))
         horizon = now - self.window
         for key in keys:
             seen = self.arrivals.setdefault(key, {})
-            seen.setdefault(uid, when)
+            if uid not in seen:
+                seen[uid] = when
+                bins = self.bins.setdefault(key, ArrivalBins(self.bin_width))
+                bins.add(when, self.group_gap if precise else -1.0)
+                bins.trim(now, self.window)
             # bounded whether or not an autoscaler reads this key: drop the oldest (insertion
             # order is nearly time order) while they are out of the window
             while len(seen) > 1:
@@ -110,6 +124,17 @@ class Windows:
                     break
                 del seen[oldest]
         return keys
+
+    def bins_for(self, keys: Iterable[str]) -> ArrivalBins:
+        """The arrivals of ``keys`` per bin (a claim is under one key), the window's only."""
+        now = self.clock()
+        parts = []
+        for key in keys:
+            bins = self.bins.get(key)
+            if bins is not None:
+                bins.trim(now, self.window)
+                parts.append(bins)
+        return ArrivalBins.summed(parts, self.bin_width)
 
     def arrivals_for(self, keys: Iterable[str]) -> list[float]:
         horizon = self.clock() - self.window

@@ -59,6 +59,7 @@ from agentsandbox.api.timefmt import format_rfc3339_nano, parse_rfc3339
 from agentsandbox.controllers.common.served import (
     COLD,
     OUTCOMES,
+    SERVED,
     WARM_NOT_READY,
     WARM_READY,
     ServedCounts,
@@ -146,9 +147,8 @@ WARMPOOL_CLAIMS_SERVED = Counter(
     ["namespace", "pool", "served"],
     registry=REGISTRY,
 )
-#: This process's served counts, per (namespace, pool), with a 10-minute window in 10 s bins:
-#: what the SandboxWarmPoolAutoscaler is to read (the claim controller writes it).
-SERVED = ServedCounts()
+#: SERVED (re-exported): this process's served counts, per (namespace, pool), with a 10-minute
+#: window in 10 s bins: what the SandboxWarmPoolAutoscaler reads (the claim controller writes it).
 
 Obj = Mapping[str, Any]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -149,3 +149,7 @@ __all__ = [
     "Counts",
     "ServedCounts",
 ]
+
+
+#: This process's served counts (the claim controller writes them, the autoscaler reads them).
+SERVED = ServedCounts()

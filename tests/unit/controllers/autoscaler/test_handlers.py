@@ -213,9 +213,11 @@ def test_a_deleted_sandbox_is_forgotten_and_a_first_sight_by_a_list_is_not_live(
 
 
 def test_claims_older_than_the_window_are_not_arrivals() -> None:
+    """A claim shown by a (re)list is timed by its creationTimestamp: older than the window,
+    it is no arrival. One seen by the watch, or with no usable timestamp, is timed now."""
     r = Rig()
     r.clock.now = T0 + 120
-    assert r.windows.claim_added(claim("c1", warmPoolRef={"name": "p"})) == []
+    assert r.windows.claim_added(claim("c1", warmPoolRef={"name": "p"}), listed=True) == []
     r.windows.claim_added(claim("c2", created=None, warmPoolRef={"name": "p"}))
     r.windows.claim_added(claim("c3", created="garbage", warmPoolRef={"name": "p"}))
     assert r.windows.arrivals_for([f"{NS}/pool/p", f"{NS}/pool/none"]) == [T0 + 120] * 2

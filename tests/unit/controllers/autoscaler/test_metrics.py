@@ -1,5 +1,5 @@
 """The SandboxWarmPoolAutoscaler's Prometheus series (autoscaler review #18: "there are no
-Prometheus series for desired, base, headroom, rate, refill or predicted share"): each decision
+Prometheus series for desired, rate, refill or predicted share"): each decision
 sets its autoscaler's gauges and counts its reason; deleting the autoscaler removes them all."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentsandbox.controllers.autoscaler import controller as autoscaler_controller
-from agentsandbox.controllers.autoscaler.plan import Decision
+from agentsandbox.controllers.autoscaler.plan import ArrivalBins, Decision
 from agentsandbox.kube import metrics as kube_metrics
 from agentsandbox.kube.reconcile import Request
 
@@ -19,8 +19,8 @@ from .test_act import NS, FakeScaleApi, autoscaler_obj, setup_reconciler
 LABELS = {"namespace": NS, "autoscaler": "auto"}
 GAUGES = {
     "agent_sandbox_warmpool_autoscaler_desired_replicas": "replicas",
-    "agent_sandbox_warmpool_autoscaler_base_replicas": "base_replicas",
-    "agent_sandbox_warmpool_autoscaler_burst_headroom_replicas": "burst_headroom",
+    "agent_sandbox_warmpool_autoscaler_recommended_replicas": "recommended",
+    "agent_sandbox_warmpool_autoscaler_peakedness": "peakedness",
     "agent_sandbox_warmpool_autoscaler_predicted_warm_share": "predicted_warm_share",
     "agent_sandbox_warmpool_autoscaler_claim_arrival_rate": "arrival_rate",
     "agent_sandbox_warmpool_autoscaler_refill_seconds": "refill_time",
@@ -52,12 +52,14 @@ def spy_decisions(monkeypatch: pytest.MonkeyPatch, reason: str | None = None) ->
 async def test_a_decision_sets_its_autoscalers_gauges_and_counts_its_reason(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Autoscaler review #18: desired, current, base, headroom, predicted warm share, and the
+    """Autoscaler review #18: desired, current, recommended, predicted warm share, peakedness, the
     measured arrival rate and refill time the decision used, per (namespace, autoscaler)."""
     api = FakeScaleApi(replicas=1)
     rec, _, _, clock = setup_reconciler(api, autoscaler_obj())
     # 60 claims over the last minute: a non-zero rate
-    rec.windows.arrivals[f"{NS}/pool/pool"] = {f"c{i}": clock.now - i for i in range(60)}
+    rec.windows.bins[f"{NS}/pool/pool"] = ArrivalBins.of(
+        [clock.now - i for i in range(60)], rec.bin_width, 0.05
+    )
     decisions = spy_decisions(monkeypatch)
     before = sample(DECISIONS, reason="ScaledUp") or 0.0
     await rec.reconcile(Request(NS, "auto"))

@@ -1,6 +1,10 @@
-"""The autoscaler's sizing decision (pure): Erlang-B, the sizing rule, stabilisation, bursts."""
+"""The autoscaler's sizing decision (pure): Erlang-B, the sizing rule, stabilisation, panic,
+grouped arrivals, rate limits, restarts, cost."""
 
 from __future__ import annotations
+
+import itertools
+import random
 
 import pytest
 
@@ -9,19 +13,28 @@ from agentsandbox.controllers.autoscaler.plan import (
     REASON_AT_MINIMUM,
     REASON_HOLDING,
     REASON_NO_DATA,
+    REASON_PANICKING,
     REASON_SCALED_DOWN,
     REASON_SCALED_UP,
+    ArrivalBins,
     Decision,
+    Limit,
     Memory,
     Observation,
     Policy,
+    Rules,
     decide,
     erlang_b,
-    lead_time,
     servers_for,
 )
 
-POLICY = Policy(min_replicas=1, max_replicas=1000, target_warm_share=0.99, scale_down_window=300)
+POLICY = Policy(
+    min_replicas=1,
+    max_replicas=1000,
+    target_warm_share=0.99,
+    scale_down_window=300,
+    scale_up=Rules((Limit("Percent", 100000, 15.0),)),
+)
 
 
 def even(rate: float, now: float, window: float = 600.0) -> list[float]:
@@ -87,12 +100,13 @@ def test_servers_for_is_the_smallest_reaching_the_target() -> None:
 def test_sized_by_erlang_b_from_rate_and_mean_refill() -> None:
     d = once(rate=2.0, refill=30.0)
     load = 2.0 * (30.0 + POLICY.refill_overhead)
-    assert d.replicas == servers_for(load, 0.99, 1000)
+    assert d.recommended == servers_for(load, 0.99, 1000)
+    assert d.replicas == d.recommended
     assert d.arrival_rate == pytest.approx(2.0, rel=0.01)
-    assert d.refill_time == pytest.approx(30.1)
+    assert d.refill_time == pytest.approx(30.0 + POLICY.refill_overhead)
     assert d.predicted_warm_share >= 0.99
     assert d.reason == REASON_SCALED_UP
-    assert "Erlang-B" in d.message and "/s" in d.message
+    assert "offered load" in d.message and "/s" in d.message
 
 
 def test_monotone_in_rate() -> None:
@@ -108,7 +122,9 @@ def test_monotone_in_refill_time() -> None:
 
 
 def test_bounded_by_min_and_max() -> None:
-    small = Policy(min_replicas=3, max_replicas=20, target_warm_share=0.99)
+    small = Policy(
+        min_replicas=3, max_replicas=20, target_warm_share=0.99, scale_up=POLICY.scale_up
+    )
     low = once(0.001, 0.1, current=3, policy=small)
     assert low.replicas == 3
     assert low.reason == REASON_AT_MINIMUM
@@ -155,153 +171,172 @@ def test_refill_time_is_remembered_when_samples_run_out() -> None:
     assert later.refill_time == pytest.approx(first.refill_time)
 
 
-def test_fast_up_slow_down() -> None:
-    memory = Memory()
-    now, current = 10_000.0, 1
-    for _ in range(5):  # settle at 1/s
-        current = decide(
-            Observation(now, even(1.0, now), [20.0] * 50, current), POLICY, memory
-        ).replicas
-        now += 15
-    low = current
-    # the rate jumps (the whole window at the new rate): up at once, in one decision
-    up = decide(Observation(now, even(4.0, now), [20.0] * 50, current), POLICY, memory)
-    assert up.reason == REASON_SCALED_UP
-    assert up.replicas == servers_for(4.0 * 20.1, 0.99, 1000) > low
-    current, high_at = up.replicas, now
-    # and back down: held for the window, then down to the new recommendation
-    seen = []
-    for _ in range(40):
-        now += 15
-        obs = Observation(now, even(1.0, now), [20.0] * 50, current)
-        d = decide(obs, POLICY, memory)
-        seen.append((now - high_at, d.replicas, d.reason))
+UNLIMITED = POLICY
+
+
+def poisson(rate: float, start: float, end: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    out, t = [], start
+    while True:
+        t += rng.expovariate(rate)
+        if t >= end:
+            return out
+        out.append(t)
+
+
+def run(
+    arrivals: list[float],
+    start: float,
+    end: float,
+    refill: float,
+    policy: Policy = UNLIMITED,
+    memory: Memory | None = None,
+    current: int = 1,
+    every: float = 15.0,
+) -> list[tuple[float, Decision]]:
+    memory = memory if memory is not None else Memory()
+    out = []
+    now = start
+    while now <= end:
+        window = [a for a in arrivals if now - policy.rate_window < a <= now]
+        d = decide(Observation(now, window, [refill] * 50, current), policy, memory)
+        out.append((now, d))
         current = d.replicas
-    held = [s for s in seen if s[0] < POLICY.scale_down_window]
-    assert all(r == up.replicas and why == REASON_HOLDING for _, r, why in held)
-    after = [s for s in seen if s[0] > POLICY.scale_down_window + 15]
-    assert after and all(r < up.replicas for _, r, _ in after)
-    assert any(why == REASON_SCALED_DOWN for _, _, why in seen)
-
-
-# ----------------------------------------------------------------------------------- bursts
-def burst_arrivals(starts: list[float], size: int = 100, length: float = 20.0) -> list[float]:
-    return sorted(s + length * (i + 0.5) / size for s in starts for i in range(size))
-
-
-def run_bursts(starts: list[float], until: float, refill: float) -> list[tuple[float, Decision]]:
-    arrivals = burst_arrivals(starts)
-    memory, current, out = Memory(), 1, []
-    t = 0.0
-    while t <= until:
-        window = [a for a in arrivals if t - 600 < a <= t]
-        d = decide(Observation(t, window, [refill] * 50, current), POLICY, memory)
-        out.append((t, d))
-        current = d.replicas
-        t += 10.0
+        now += every
     return out
 
 
-def test_regular_bursts_grow_the_pool_before_the_next_and_shrink_it_between() -> None:
-    starts = [300.0 * k for k in range(1, 6)]
-    refill = 60.0
-    log = run_bursts(starts, until=1500.0, refill=refill)
-
-    def at(t: float) -> Decision:
-        return next(d for s, d in log if s == t)
-
-    # from the third burst on the spacing is known: full before each burst starts
-    for start in (900.0, 1200.0, 1500.0):
-        before = at(start - 10)
-        assert before.replicas >= 100, (start, before)
-        assert before.next_burst is not None and before.next_burst <= start
-        # well between two bursts the pool is small again
-        between = at(start - 200)
-        assert between.replicas < 10, (start, between)
-    # a 60 s refill outlasts the 20 s burst (no replacement can serve it): the headroom is
-    # handed back as its claims arrive
-    during = [d.burst_headroom for s, d in log if 1200 <= s <= 1220]
-    assert during == sorted(during, reverse=True) and during[-1] < during[0]
+def test_fast_up_slow_down() -> None:
+    """A step from 1/s to 4/s is followed within a minute (the panic window); when it ends the
+    pool is held for the scale-down window (and while panicking), then goes down."""
+    arrivals = poisson(1.0, 0, 3600, 1) + poisson(4.0, 3600, 5400, 2) + poisson(1.0, 5400, 9000, 3)
+    arrivals.sort()
+    log = run(arrivals, 1800, 9000, 20.0)
+    low = max(d.replicas for t, d in log if t < 3600)
+    high = servers_for(4.0 * (20.0 + UNLIMITED.refill_overhead), 0.99, 1000)
+    up = [t for t, d in log if t >= 3600 and d.replicas >= 0.9 * high]
+    assert up and up[0] - 3600 <= 75, "the step is followed within the panic window"
+    assert low < 0.5 * high
+    # back down: nothing lower than the step's size within the scale-down window of its end
+    after = [(t, d) for t, d in log if 5400 <= t < 5400 + UNLIMITED.scale_down_window]
+    assert all(d.replicas >= 0.9 * high for _, d in after)
+    assert any(d.reason in (REASON_HOLDING, REASON_PANICKING) for _, d in after)
+    late = [d.replicas for t, d in log if t > 5400 + 2 * UNLIMITED.scale_down_window + 600]
+    assert late and max(late) < 0.5 * high
+    assert any(d.reason == REASON_SCALED_DOWN for _, d in log)
 
 
-def test_a_burst_keeps_its_headroom_while_its_claims_are_still_arriving() -> None:
-    """Fast refills (0.5 s) and 40-claim bursts 6 s long every 40 s, decisions every second:
-    as the burst's claims are seen the pool is not shrunk (a claim seen is not yet adopted, and
-    a smaller pool would delete the Ready members the rest of the burst needs); the headroom
-    goes only after the burst's expected end."""
-    starts = [20.0 + 40.0 * k for k in range(6)]
-    arrivals = sorted(s + 6.0 * (i + 0.5) / 40 for s in starts for i in range(40))
-    policy = Policy(1, 200, 0.99, scale_down_window=15.0)
-    memory, current, t = Memory(), 1, 0.0
-    log: list[tuple[float, Decision]] = []
-    while t <= 260.0:
-        window = [a for a in arrivals if a <= t]
-        d = decide(Observation(t, window, [0.5] * 50, current), policy, memory)
-        log.append((t, d))
-        current, t = d.replicas, t + 1.0
-    last = starts[-1]
-    # grown before the burst, and never smaller while its claims arrive
-    inside = [d.replicas for s, d in log if last - 1.0 <= s <= last + 6.0]
-    assert inside[0] > 5, log
-    assert inside == sorted(inside), inside
-    # back down once it is over
-    assert next(d for s, d in log if s == last + 25.0).replicas < inside[-1]
-    # every claim is in a burst: the message says so instead of "cold share 100% at 0"
-    quiet = next(d for s, d in log if s == last - 1.0)
-    assert "no claims outside bursts" in quiet.message and "100.00%" not in quiet.message
-    assert "create -> Ready mean 0.5s (p99 0.5s) + 0.1s" in quiet.message
+def test_a_sustained_step_is_never_cut_while_it_lasts() -> None:
+    """Autoscaler review finding 1: a step from 1/s to 5/s (90 s refill) was read as a burst and
+    cut from 561 to 103 about 5 minutes later. The size never falls below the Erlang-B size at
+    the new rate (less a margin for noise) while the step lasts, and never scales down while
+    the short window's rate is significantly above the long one's (panicking)."""
+    arrivals = sorted(poisson(1.0, 0, 3600, 4) + poisson(5.0, 3600, 7200, 5))
+    log = run(arrivals, 1800, 7200, 90.0)
+    need = servers_for(5.0 * (90.0 + UNLIMITED.refill_overhead), 0.99, 1000)
+    settled = [d.replicas for t, d in log if t >= 3600 + 120]
+    assert min(settled) >= 0.95 * need, (min(settled), need)
+    assert not any(d.reason == REASON_SCALED_DOWN and d.panicking for _, d in log)
 
 
-def test_irregular_bursts_hold_the_headroom() -> None:
-    starts = [300.0, 420.0, 900.0, 1000.0, 1700.0]
-    log = run_bursts(starts, until=1690.0, refill=60.0)
-    quiet = [d for s, d in log if 1300 <= s <= 1650]
-    assert all(d.replicas >= 100 for d in quiet)
-    assert "irregular" in quiet[-1].message
+def test_no_scale_down_while_panicking() -> None:
+    """A rise no Poisson noise explains starts a panic; while it lasts the size never goes down,
+    even when the recommendation does."""
+    arrivals = sorted(poisson(0.5, 0, 3600, 6) + [3600 + i * 0.2 for i in range(150)])
+    log = run(arrivals, 1800, 4500, 30.0)
+    panics = [(t, d) for t, d in log if d.panicking]
+    assert panics and panics[0][0] <= 3600 + 15
+    sizes = [d.replicas for _, d in panics]
+    assert all(b >= a for a, b in itertools.pairwise(sizes))
+    assert any(d.recommended < d.replicas for _, d in panics)
 
 
-def test_lead_time_covers_slow_creates_spread_over_the_burst() -> None:
-    refills = [float(x) for x in range(1, 101)]  # 1..100 s
-    assert lead_time(refills, 0.0, 0.99) == pytest.approx(100.0)
-    # a 50 s burst: the last claims can wait 50 s more
-    assert lead_time(refills, 50.0, 0.99) == pytest.approx(
-        max(q - (q - 1) / 100 * 50 for q in refills)
-    )
-    assert lead_time(refills, 50.0, 0.99) < 100.0
+def test_poisson_noise_does_not_panic() -> None:
+    """Poisson claims at 5/s for two hours: no panic."""
+    arrivals = poisson(5.0, 0, 7200, 11)
+    log = run(arrivals, 600, 7200, 30.0)
+    assert not any(d.panicking for _, d in log)
 
 
-def test_a_warm_share_horizon_prices_cold_claims() -> None:
-    """With a horizon the first size is the per-moment one; while the predicted cold share runs
-    below the allowance the price falls and a quiet pool is allowed to shrink below it."""
-    horizon = Policy(1, 1000, 0.99, warm_share_horizon=3600.0)
+def test_a_restart_does_not_shrink_the_pool() -> None:
+    """Autoscaler review finding 2: a new process saw only the live claims (the deleted ones are
+    gone) and cut the pool. With the window kept in the status and the current size held as a
+    recommendation, the size after a restart is never below the one before it, and the rate
+    is the one measured before."""
+    arrivals = poisson(2.0, 0, 4300, 7)
     memory = Memory()
-    now, current = 10_000.0, 1
-    strict = once(0.1, 0.3).replicas
-    sizes = []
-    for _ in range(400):
-        d = decide(Observation(now, even(0.1, now), [0.3] * 50, current), horizon, memory)
-        sizes.append(d.replicas)
-        current, now = d.replicas, now + 15
-    assert sizes[0] == strict == 2
-    assert 1 in sizes  # 0.1/s with a 0.4 s refill: one sandbox serves ~96 % warm
-    # and the predicted cold share over the horizon stays near the 1 % allowance
-    assert memory.cold_price is not None
-    assert memory.cold_seen / memory.claims_seen < 0.015
+    before = run(arrivals, 1800, 3600, 90.0, memory=memory)[-1][1]
+    kept = memory.window
+    assert kept is not None
+    status = kept.to_status()
+    # the new process lists only the claims still alive (the last 2 minutes), then sees new ones
+    seen = [a for a in arrivals if a > 3600 - 120]
+    fresh = Memory()
+    fresh.restore(ArrivalBins.from_status(status, POLICY.bin_width), 3615.0, before.replicas)
+    after = run(seen, 3615, 3615 + 600, 90.0, memory=fresh, current=before.replicas)
+    assert min(d.replicas for _, d in after) >= 0.97 * before.replicas
+    assert all(
+        d.replicas >= before.replicas for t, d in after if t < 3615 + POLICY.scale_down_window
+    )
+    assert after[0][1].arrival_rate == pytest.approx(before.arrival_rate, rel=0.1)
 
 
-def test_poisson_noise_is_not_a_burst() -> None:
-    """Poisson claims at 5/s for an hour: no bin passes the tail test, no episode is learned."""
-    import random
+def test_grouped_arrivals_raise_the_size() -> None:
+    """Autoscaler review finding 7: claims created together (8 at once, as parallel rollouts
+    do) were invisible. At the same mean rate, grouped arrivals are given more sandboxes."""
+    rng = random.Random(8)
+    single = poisson(0.8, 0, 3600, 9)
+    groups = [t for t in poisson(0.1, 0, 3600, 10) for _ in range(8)]
+    assert len(groups) == pytest.approx(len(single), rel=0.15)
+    alone = run(single, 3600, 3600, 60.0)[-1][1]
+    grouped = run(sorted(groups), 3600, 3600, 60.0)[-1][1]
+    assert alone.peakedness == pytest.approx(1.0, abs=0.05)
+    assert grouped.peakedness > 3.0
+    scale = len(groups) / len(single)
+    assert grouped.recommended > 1.3 * alone.recommended * scale
+    assert rng  # the groups' times are drawn above
 
-    rng = random.Random(11)
-    arrivals, t = [], 0.0
-    while t < 3600:
-        t += rng.expovariate(5.0)
-        arrivals.append(t)
-    memory, current, now = Memory(), 1, 600.0
-    while now <= 3600:
-        window = [a for a in arrivals if now - 600 < a <= now]
-        d = decide(Observation(now, window, [30.0] * 50, current), POLICY, memory)
-        assert d.burst_headroom == 0
-        current, now = d.replicas, now + 15
-    assert memory.bursts == []
+
+def test_rate_limits_follow_hpa_policies() -> None:
+    """Scale-up and scale-down are limited per period as HPA's behavior policies are: the
+    larger change of the policies (select Max), Disabled: no change in that direction."""
+    slow = Policy(
+        min_replicas=1,
+        max_replicas=1000,
+        target_warm_share=0.99,
+        scale_down_window=0,
+        scale_up=Rules((Limit("Pods", 5, 60.0),)),
+        scale_down=Rules((Limit("Percent", 10, 60.0),)),
+    )
+    memory = Memory()
+    arrivals = [i * 0.25 for i in range(4 * 600)]  # 4/s for 10 minutes
+    log = run(arrivals, 600, 780, 30.0, policy=slow, memory=memory)
+    sizes = [d.replicas for _, d in log]
+    # at most 5 more within any 60 s
+    for i, (t, d) in enumerate(log):
+        earlier = [e.replicas for s, e in log[:i] if s <= t - 60]
+        base = earlier[-1] if earlier else 1
+        assert d.replicas - base <= 5
+    assert sizes[-1] < servers_for(4 * 30.05, 0.99, 1000)
+    frozen = Policy(1, 1000, 0.99, scale_up=Rules(select="Disabled"))
+    d = decide(Observation(600.0, arrivals, [30.0] * 50, 3), frozen, Memory())
+    assert d.replicas == 3 and d.recommended > 3
+
+
+def test_the_window_survives_a_status_round_trip() -> None:
+    bins = ArrivalBins.of([1.0, 1.01, 1.02, 15.0, 33.0], 10.0, 0.05)
+    assert bins.claims == [3, 1, 0, 1]
+    assert bins.squares == [1 + 3 + 5, 1, 0, 1]  # a group of 3: 9
+    back = ArrivalBins.from_status(bins.to_status(), 10.0)
+    assert back is not None and (back.first, back.claims, back.squares) == (
+        0,
+        bins.claims,
+        bins.squares,
+    )
+    assert ArrivalBins.from_status(bins.to_status(), 5.0) is None  # another bin width
+    assert (
+        ArrivalBins.from_status(
+            {"binSeconds": 10.0, "firstBin": 0, "claims": [-1], "groupSquares": [1]}, 10.0
+        )
+        is None
+    )

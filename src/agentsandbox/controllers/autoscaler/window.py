@@ -1,0 +1,193 @@
+"""Warm-pool autoscaler: the window of claim arrivals (per-bin counts, kept in the status) and
+the tests run on it (pure): grouped arrivals, trends, significant changes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+#: claims expected in a window before a slow change (a drift, a trend) is tested for: with fewer,
+#: the counts are too small for the tests' normal approximation (a quiet spell looks like a drop)
+MIN_EVIDENCE = 20.0
+
+
+@dataclass
+class ArrivalBins:
+    """Claims per bin of ``width`` seconds (bin ``k`` covers ``[k·width, (k+1)·width)``); per bin
+    also the increments of the groups' squared sizes (a claim starting a group adds 1, one
+    joining a group of ``x`` adds ``2x + 1``: summed over a window, the sum of squares) and the
+    largest group begun in it."""
+
+    width: float
+    first: int = 0  # the bin index of claims[0]
+    claims: list[int] = field(default_factory=list)
+    squares: list[int] = field(default_factory=list)
+    largest: list[int] = field(default_factory=list)
+    start: float | None = None  # the first claim of the latest group
+    group: int = 0  # the size of that group
+
+    def _slot(self, k: int, extend: bool = False) -> int | None:
+        if not self.claims:
+            self.first = k
+            self.claims.append(0)
+            self.squares.append(0)
+            self.largest.append(0)
+        if k < self.first:
+            if not extend:
+                return None  # older than what is kept
+            pad = self.first - k
+            self.claims[:0] = [0] * pad
+            self.squares[:0] = [0] * pad
+            self.largest[:0] = [0] * pad
+            self.first = k
+        while k >= self.first + len(self.claims):
+            self.claims.append(0)
+            self.squares.append(0)
+            self.largest.append(0)
+        return k - self.first
+
+    def add(self, t: float, gap: float) -> None:
+        """A claim at ``t``: it joins the current group if within ``gap`` of the group's first
+        claim (groups do not chain: at any rate a group spans at most ``gap``)."""
+        i = self._slot(math.floor(t / self.width))
+        if i is None:
+            return
+        self.claims[i] += 1
+        if self.start is not None and 0 <= t - self.start <= gap:
+            self.squares[i] += 2 * self.group + 1
+            self.group += 1
+            j = self._slot(math.floor(self.start / self.width))
+            if j is not None:
+                self.largest[j] = max(self.largest[j], self.group)
+        else:
+            self.squares[i] += 1
+            self.largest[i] = max(self.largest[i], 1)
+            if self.start is None or t > self.start:
+                self.start, self.group = t, 1
+
+    def trim(self, now: float, window: float) -> None:
+        """Drop the bins wholly older than ``now - window``."""
+        keep = math.floor((now - window) / self.width)
+        drop = min(max(0, keep - self.first), len(self.claims))
+        if drop:
+            del self.claims[:drop]
+            del self.squares[:drop]
+            del self.largest[:drop]
+            self.first += drop
+
+    def total(self, since: float) -> tuple[int, int, int, float]:
+        """(claims, sum of squares, largest group, the start of the first bin counted) of the
+        bins from the one holding ``since`` on."""
+        k = max(math.floor(since / self.width), self.first)
+        i = k - self.first
+        return (
+            sum(self.claims[i:]),
+            sum(self.squares[i:]),
+            max(self.largest[i:], default=0),
+            k * self.width,
+        )
+
+    def merge_max(self, other: ArrivalBins) -> None:
+        """Per bin, the larger of the two counts (``other``: a subset seen again, or a superset
+        kept elsewhere — never added twice)."""
+        for j, c in enumerate(other.claims):
+            i = self._slot(other.first + j, extend=True)
+            if i is not None and c > self.claims[i]:
+                self.claims[i] = c
+                self.squares[i] = max(other.squares[j], c)
+                self.largest[i] = max(other.largest[j], self.largest[i])
+
+    def copy(self) -> ArrivalBins:
+        return ArrivalBins(self.width, self.first, [*self.claims], [*self.squares], [*self.largest])
+
+    @classmethod
+    def summed(cls, parts: Sequence[ArrivalBins], width: float) -> ArrivalBins:
+        """The bins of several keys together (a claim is counted under one key only)."""
+        out = cls(width)
+        for part in parts:
+            for j, c in enumerate(part.claims):
+                i = out._slot(part.first + j, extend=True)
+                if i is None:
+                    continue
+                out.claims[i] += c
+                out.squares[i] += part.squares[j]
+                out.largest[i] = max(out.largest[i], part.largest[j])
+        return out
+
+    @classmethod
+    def of(cls, times: Sequence[float], width: float, gap: float) -> ArrivalBins:
+        out = cls(width)
+        for t in sorted(times):
+            out.add(t, gap)
+        return out
+
+    def to_status(self, before: float | None = None) -> dict[str, object]:
+        """The bins as the status keeps them; ``before``: only the bins ended by then."""
+        n = len(self.claims)
+        if before is not None:
+            n = max(0, min(n, math.floor(before / self.width) - self.first))
+        return {
+            "binSeconds": self.width,
+            "firstBin": self.first,
+            "claims": self.claims[:n],
+            "groupSquares": self.squares[:n],
+            "largestGroups": self.largest[:n],
+        }
+
+    @classmethod
+    def from_status(cls, data: object, width: float) -> ArrivalBins | None:
+        """The window a previous process wrote (None: absent, malformed or another width)."""
+        if not isinstance(data, dict):
+            return None
+        claims, squares, first = data.get("claims"), data.get("groupSquares"), data.get("firstBin")
+        largest = data.get("largestGroups")
+        if (
+            data.get("binSeconds") != width
+            or not isinstance(first, int)
+            or not isinstance(claims, list)
+            or not isinstance(squares, list)
+            or not isinstance(largest, list)
+            or not len(claims) == len(squares) == len(largest)
+            or not all(isinstance(v, int) and v >= 0 for v in (*claims, *squares, *largest))
+        ):
+            return None
+        return cls(width, first, [*claims], [*squares], [*largest])
+
+
+def group_floor(bins: ArrivalBins, since: float, allowed: float) -> int:
+    """The smallest N with ``sum over bins of (largest group - N)+ <= allowed``."""
+    k0 = max(math.floor(since / bins.width), bins.first)
+    sizes = [g for g in bins.largest[k0 - bins.first :] if g > 1]
+    n = max(sizes, default=0)
+    while n > 0 and sum(g - n + 1 for g in sizes if g > n - 1) <= allowed:
+        n -= 1
+    return n
+
+
+def trend(bins: ArrivalBins, since: float, now: float, dispersion: float) -> float:
+    """The slope (claims/s per second) of the bins from ``since`` to ``now`` by least squares,
+    when it is positive beyond three standard errors of counts of that dispersion; else 0."""
+    k0 = max(math.floor(since / bins.width), bins.first)
+    counts = bins.claims[k0 - bins.first : max(0, math.floor(now / bins.width) - bins.first)]
+    n = len(counts)
+    if n < 6:
+        return 0.0
+    xs = [(k0 + i + 0.5) * bins.width for i in range(n)]
+    mx = sum(xs) / n
+    my = sum(counts) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    sxy = sum((x - mx) * (c - my) for x, c in zip(xs, counts, strict=True))
+    slope = sxy / sxx  # claims per bin, per second
+    error = math.sqrt(max(dispersion * my, 1e-9) / sxx)
+    if slope <= 3.0 * error:
+        return 0.0
+    return slope / bins.width
+
+
+def significantly_above(
+    count: float, expected: float, dispersion: float = 1.0, sigmas: float = 3.0
+) -> bool:
+    """``count`` claims where ``expected`` were due: a rise the noise of arrivals of that
+    index of dispersion hardly explains (``sigmas`` standard deviations, and as many groups)."""
+    return count > expected + sigmas * (math.sqrt(dispersion * expected) + dispersion)
