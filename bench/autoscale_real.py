@@ -717,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--static", type=int, default=None, help="static size (skip the simulator)")
     args = p.parse_args(argv)
     base = (
-        TraceSpec(bursts=1, size=5, period=10, jitter=0, spread=2, dwell=3, first=3)
+        TraceSpec(bursts=1, size=5, period=10, jitter=0, spread=1, dwell=1, first=3)
         if args.smoke
         else TraceSpec()
     )

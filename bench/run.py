@@ -1,7 +1,7 @@
 """``make bench``: the performance scenarios P1-P8 of ``docs/benchmarks.md`` on one private
 local control plane (10 kwok nodes, audit log of writes on), each with the controller in its own
-process, each from a fresh namespace once the previous scenario's namespaces are gone, each under
-its own time cap.
+process, each from a fresh namespace once the previous scenario's namespaces are gone (not with
+``--smoke``: ``Bench.wait_namespaces_gone``), each under its own time cap.
 
     make bench                    # every scenario, full size (about an hour on 2 cores)
     make bench SCENARIO=P1        # one (P1..P8, comma-separated for several)

@@ -45,7 +45,7 @@ AUDIT_POLICY = TESTS / "testdata" / "audit-deletes.yaml"
 # and says why in its docstring.
 SLOW_MODULES: dict[str, float] = {
     # bench/run.py --smoke and the other benchmark scripts end to end, each with its own control
-    # plane: minutes each; the longest subprocess timeout there is 1200 s
+    # plane: 35 to 90 s each; the longest subprocess timeout there is 1200 s
     "tests/integration/test_bench_smoke.py": 1500.0,
 }
 
