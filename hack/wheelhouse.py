@@ -21,14 +21,21 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def runtime_closure(project: str = "agentsandbox") -> set[str]:
+def runtime_closure(
+    project: str = "agentsandbox", extras: tuple[str, ...] = ("tracing",)
+) -> set[str]:
+    """The project's runtime dependencies with its ``extras`` (the image installs
+    ``agentsandbox[tracing]``), and theirs, transitively (theirs without extras)."""
     seen: set[str] = set()
     todo = [project]
     while todo:
         name = todo.pop()
+        wanted = ("", *extras) if name == project else ("",)
         for text in distribution(name).requires or []:
             req = Requirement(text)
-            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            if req.marker is not None and not any(
+                req.marker.evaluate({"extra": e}) for e in wanted
+            ):
                 continue
             dep = canonicalize_name(req.name)
             if dep not in seen:

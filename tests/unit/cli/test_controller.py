@@ -99,3 +99,23 @@ def test_webhook_and_connection_flags_start_with_one_warning_line_each(tmp_path:
         hits = [ln for ln in lines if f"--{name} is accepted for compatibility" in ln]
         assert len(hits) == 1, (name, proc.stderr)
     assert str(missing) in lines[-1]
+
+
+def test_enable_tracing_without_the_tracing_extra_says_what_to_install() -> None:
+    """The runtime wheel leaves OpenTelemetry to the [tracing] extra: here it is made
+    unimportable (a ``None`` in ``sys.modules`` is how Python spells "not installed" for an
+    import), and start-up ends with one line naming the extra, before any connection."""
+    code = (
+        "import sys\n"
+        "for m in ('opentelemetry', 'opentelemetry.trace', 'opentelemetry.sdk'):\n"
+        "    sys.modules[m] = None\n"
+        "from agentsandbox.cli.controller import main\n"
+        "sys.exit(main(['--enable-tracing', '--leader-elect=false']))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HUNG, check=False
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "OpenTelemetry is not installed" in proc.stderr
+    assert "pip install 'agentsandbox[tracing]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
