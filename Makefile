@@ -49,7 +49,7 @@ $(UV):
 
 .PHONY: lock
 lock: $(UV)
-	$(UV) pip compile pyproject.toml --extra tracing --group dev --python-version 3.11 --generate-hashes $(if $(UPGRADE),--upgrade) -o requirements-dev.lock
+	$(UV) pip compile pyproject.toml --extra tracing --group dev --python-version 3.11 --generate-hashes --no-strip-extras $(if $(UPGRADE),--upgrade) -o requirements-dev.lock
 
 # The controller's runtime dependencies as wheels (hash-checked from requirements-dev.lock), so that
 # tests/integration/test_wheel.py installs the built wheel into a clean virtualenv offline.

@@ -44,6 +44,11 @@ def runtime_closure(
     return seen
 
 
+def _name(line: str) -> str:
+    """The distribution of a lock line ``name[extra,…]==version \\``."""
+    return canonicalize_name(re.split(r"[\[=]", line, maxsplit=1)[0])
+
+
 def locked_entries(lock: Path) -> dict[str, str]:
     """name -> the lock's whole entry (``name==version \\`` and its ``--hash`` lines)."""
     entries: dict[str, str] = {}
@@ -51,12 +56,12 @@ def locked_entries(lock: Path) -> dict[str, str]:
     for line in lock.read_text().splitlines():
         if re.match(r"^[A-Za-z0-9]", line):
             current = [line]
-            entries[canonicalize_name(line.split("==")[0])] = ""
+            entries[_name(line)] = ""
         elif line.strip().startswith("--hash") and current:
             current.append(line)
         else:
             continue
-        entries[canonicalize_name(current[0].split("==")[0])] = "\n".join(current)
+        entries[_name(current[0])] = "\n".join(current)
     return entries
 
 
