@@ -15,12 +15,8 @@ fresh virtualenv and measures:
 
 The result is merged into ``--out`` under ``--label`` (``before``/``after``), so that the same
 script measures both sides of a change. Every number is from this machine; compare within a file.
-The committed ``bench/results/startup.json`` came from::
-
-    git archive <commit before> | tar -x -C /tmp/before
-    python bench/startup.py --label before --source /tmp/before --cluster --runs 5
-    python bench/startup.py --label after --cluster --runs 5
-    python bench/startup.py --label after_with_tracing --extras tracing --cluster --runs 5
+The committed ``bench/results/startup.json`` came from the commands of ``COMMAND`` below (with
+``--note`` saying which tree each label measured).
 """
 
 from __future__ import annotations
@@ -29,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import signal
 import statistics
 import subprocess
@@ -42,6 +39,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from results import git_state  # noqa: E402
+
+COMMAND = (
+    "git archive <the commit before> | tar -x -C /tmp/before; "
+    "python bench/startup.py --label before --source /tmp/before --cluster --runs 9; "
+    "python bench/startup.py --label after --cluster --runs 9; "
+    "python bench/startup.py --label after_with_tracing --extras tracing --cluster --runs 9"
+)
 WHEELHOUSE = ROOT / ".wheelhouse"
 MODULE = "agentsandbox.cli.controller"
 
@@ -221,8 +228,12 @@ def main() -> int:
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
     }
+    result["command"] = shlex.join(["python", "bench/startup.py", *sys.argv[1:]])
     data = json.loads(args.out.read_text()) if args.out.exists() else {}
     data[args.label] = result
+    # how the file was made (tests/unit/project/test_reports.py): the whole sequence, and where
+    data["command"] = COMMAND
+    data["machine"] = git_state() | {"python": platform.python_version(), "cpus": os.cpu_count()}
     args.out.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     print(json.dumps({args.label: result}, indent=2))
     return 0
