@@ -203,3 +203,24 @@ def test_pyproject_runtime_dependencies_are_what_the_controller_imports() -> Non
     assert deps == {"aiohttp", "orjson", "kubernetes_asyncio", "prometheus-client"}
     assert "<37" in next(d for d in project["dependencies"] if d.startswith("kubernetes_asyncio"))
     assert set(project["optional-dependencies"]) == {"tracing"}
+
+
+def test_the_version_comes_from_the_installed_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``agentsandbox.__version__`` is the installed distribution's version; a source tree that
+    was never installed says ``0+unknown`` rather than failing to import."""
+    import importlib
+    import importlib.metadata
+
+    import agentsandbox
+
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    try:
+        monkeypatch.setattr(importlib.metadata, "version", lambda name: f"9.9.9+{name}")
+        assert importlib.reload(agentsandbox).__version__ == "9.9.9+agentsandbox"
+        monkeypatch.setattr(importlib.metadata, "version", not_installed)
+        assert importlib.reload(agentsandbox).__version__ == "0+unknown"
+    finally:
+        monkeypatch.undo()
+        importlib.reload(agentsandbox)
