@@ -27,13 +27,29 @@ help:
 	@echo "make lint          ruff + mypy"
 	@echo "make autoscale-eval the autoscaler's held-out scenarios in the simulator (SET=tuning: the tuning set)"
 
-$(STAMP): pyproject.toml requirements-dev.lock
+# requirements-dev.lock: the runtime dependencies, the [tracing] extra and the dev dependency
+# group; the dev-only commands (agentsandbox-devcluster) come from hack/devtools/, a code-less
+# distribution for this venv only (the runtime wheel leaves their modules out).
+$(STAMP): pyproject.toml requirements-dev.lock hack/devtools/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --require-hashes -r requirements-dev.lock
 	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m pip install -q --no-deps --no-build-isolation ./hack/devtools
 	@touch $@
 
 venv: $(STAMP)
+
+# Regenerate requirements-dev.lock after a change of pyproject.toml's dependencies (keeps every
+# other pin; UPGRADE=1 moves all to the newest). uv, pinned, in a venv of its own.
+UV_VERSION := 0.13.9
+UV := build/uv/bin/uv
+$(UV):
+	$(PYTHON) -m venv build/uv
+	build/uv/bin/python -m pip install -q uv==$(UV_VERSION)
+
+.PHONY: lock
+lock: $(UV)
+	$(UV) pip compile pyproject.toml --extra tracing --group dev --python-version 3.11 --generate-hashes --no-strip-extras $(if $(UPGRADE),--upgrade) -o requirements-dev.lock
 
 # The controller's runtime dependencies as wheels (hash-checked from requirements-dev.lock), so that
 # tests/integration/test_wheel.py installs the built wheel into a clean virtualenv offline.
@@ -144,6 +160,20 @@ traces: venv
 autoscale-eval: traces
 	$(PY) bench/autoscale/evaluate.py --set $(SET) --jobs $(AUTOSCALE_JOBS) --out build/autoscale-eval --traces-dir build/traces
 
+# The release (docs/deploy.md, "Releases"): writes dist/ and commits nothing. The version is
+# pyproject.toml's, as SemVer (hack/semver.py); VERSION= sets another SemVer 2 version for one
+# build (the wheel takes its PEP 440 form). IMAGE= sets the image repository of install.yaml.
+# Two runs give the same bytes (SOURCE_DATE_EPOCH: the last commit's time).
+VERSION ?= $(shell $(PYTHON) hack/semver.py)
+IMAGE ?=
+# The image and chart targets plug in here: each writes its artifact into dist/ (the image also
+# dist/image.digest, "sha256:<hex>", which install.yaml then pins) before hack/release.py writes
+# the Python distributions, install.yaml and RELEASE.md and sums all of dist/ into SHA256SUMS.
+RELEASE_PARTS :=
+.PHONY: release
+release: venv $(RELEASE_PARTS)
+	$(PY) hack/release.py --version "$(VERSION)" $(if $(IMAGE),--image "$(IMAGE)")
+
 # ruff on every Python file of the repository (src, tests, bench, hack, and any to come), mypy --strict
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -156,4 +186,4 @@ fmt: venv
 
 clean: cluster-down
 	rm -rf $(VENV) $(SDK046_VENV) $(SDK108_VENV) .cluster
-	rm -rf .wheelhouse
+	rm -rf .wheelhouse dist build/uv

@@ -21,20 +21,32 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def runtime_closure(project: str = "agentsandbox") -> set[str]:
+def runtime_closure(
+    project: str = "agentsandbox", extras: tuple[str, ...] = ("tracing",)
+) -> set[str]:
+    """The project's runtime dependencies with its ``extras`` (the image installs
+    ``agentsandbox[tracing]``), and theirs, transitively (theirs without extras)."""
     seen: set[str] = set()
     todo = [project]
     while todo:
         name = todo.pop()
+        wanted = ("", *extras) if name == project else ("",)
         for text in distribution(name).requires or []:
             req = Requirement(text)
-            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            if req.marker is not None and not any(
+                req.marker.evaluate({"extra": e}) for e in wanted
+            ):
                 continue
             dep = canonicalize_name(req.name)
             if dep not in seen:
                 seen.add(dep)
                 todo.append(dep)
     return seen
+
+
+def _name(line: str) -> str:
+    """The distribution of a lock line ``name[extra,…]==version \\``."""
+    return canonicalize_name(re.split(r"[\[=]", line, maxsplit=1)[0])
 
 
 def locked_entries(lock: Path) -> dict[str, str]:
@@ -44,12 +56,12 @@ def locked_entries(lock: Path) -> dict[str, str]:
     for line in lock.read_text().splitlines():
         if re.match(r"^[A-Za-z0-9]", line):
             current = [line]
-            entries[canonicalize_name(line.split("==")[0])] = ""
+            entries[_name(line)] = ""
         elif line.strip().startswith("--hash") and current:
             current.append(line)
         else:
             continue
-        entries[canonicalize_name(current[0].split("==")[0])] = "\n".join(current)
+        entries[_name(current[0])] = "\n".join(current)
     return entries
 
 

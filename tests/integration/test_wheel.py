@@ -1,10 +1,13 @@
 """The package as users get it: `python -m build` makes a wheel and an sdist; the wheel installs
 into a clean virtualenv with no network (from .wheelhouse/, which `make venv` fills with the
-hash-locked runtime dependencies, hack/wheelhouse.py) and the controller runs from it against the
-local control plane until /readyz answers OK. The Dockerfile installs the wheel the same way."""
+hash-locked runtime dependencies and the [tracing] extra's, hack/wheelhouse.py) and the controller
+runs from it against the local control plane until /readyz answers OK. The wheel holds no
+dev-only code and pulls in no dev-only dependency; without the [tracing] extra, --enable-tracing
+says what to install. The Dockerfile installs the wheel the same way."""
 
 from __future__ import annotations
 
+import email
 import os
 import signal
 import subprocess
@@ -22,6 +25,15 @@ from tests.polling import eventually_sync
 from .test_deploy import ROOT
 
 WHEELHOUSE = ROOT / ".wheelhouse"
+# only development uses these (pyproject.toml: the wheel's exclude, the devtools dependency group)
+DEV_ONLY_MODULES = (
+    "agentsandbox/devcluster/",
+    "agentsandbox/sim/",
+    "agentsandbox/cli/demo.py",
+    "agentsandbox/cli/demo_plot.py",
+    "agentsandbox/cli/devcluster.py",
+)
+DEV_ONLY_DISTRIBUTIONS = ("rich", "cryptography", "matplotlib", "pytest", "mypy", "PyYAML")
 
 
 def run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -60,23 +72,33 @@ def test_build_makes_a_wheel_and_an_sdist(dist: Path) -> None:
         names = set(whl.namelist())
         (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         scripts = whl.read(entry_points).decode()
+        (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        requires = email.message_from_bytes(whl.read(meta)).get_all("Requires-Dist") or []
     assert "agentsandbox/cli/controller.py" in names
     assert "agentsandbox/kube/client.py" in names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "deploy/"))]
+    assert not [n for n in names if n.startswith(DEV_ONLY_MODULES)]
     assert "agent-sandbox-controller = agentsandbox.cli.controller:main" in scripts
+    assert "agentsandbox-devcluster" not in scripts
+    assert not [
+        r
+        for r in requires
+        if r.lower().startswith(tuple(d.lower() for d in DEV_ONLY_DISTRIBUTIONS))
+    ]
+    assert [r for r in requires if "opentelemetry" in r] and all(
+        "extra == 'tracing'" in r for r in requires if "opentelemetry" in r
+    )
     with tarfile.open(sdist) as tar:
         members = {m.split("/", 1)[1] for m in tar.getnames() if "/" in m}
     assert {"pyproject.toml", "README.md", "src/agentsandbox/cli/controller.py"} <= members
 
 
-def test_the_wheel_installs_offline_and_the_controller_becomes_ready(
-    dist: Path, cluster: DevCluster, tmp_path: Path
-) -> None:
+def install_offline(dist: Path, venv: Path, extras: str = "") -> dict[str, str]:
+    """The wheel (with ``extras``) into a new virtualenv from .wheelhouse/ only; the env used."""
     assert (WHEELHOUSE / ".complete").is_file(), "no .wheelhouse/: run `make venv`"
     (wheel,) = dist.glob("agentsandbox-*.whl")
-    venv = tmp_path / "venv"
     env = offline_env()
-    run(sys.executable, "-m", "venv", str(venv), cwd=tmp_path, env=env)
+    run(sys.executable, "-m", "venv", str(venv), cwd=venv.parent, env=env)
     run(
         str(venv / "bin" / "python"),
         "-m",
@@ -86,10 +108,65 @@ def test_the_wheel_installs_offline_and_the_controller_becomes_ready(
         "--no-index",
         "--find-links",
         str(WHEELHOUSE),
-        str(wheel),
+        f"{wheel}[{extras}]" if extras else str(wheel),
+        cwd=venv.parent,
+        env=env,
+    )
+    return env
+
+
+def test_the_wheel_without_extras_has_no_dev_code_and_tracing_says_what_to_install(
+    dist: Path, tmp_path: Path
+) -> None:
+    venv = tmp_path / "venv"
+    env = install_offline(dist, venv)
+    python = str(venv / "bin" / "python")
+    listed = run(python, "-m", "pip", "list", "--format=freeze", cwd=tmp_path, env=env)
+    installed = {line.split("==")[0].lower().replace("_", "-") for line in listed.splitlines()}
+    assert {"agentsandbox", "kubernetes-asyncio", "pyyaml"} <= installed  # PyYAML: transitively
+    for name in ("rich", "cryptography", "matplotlib", "opentelemetry-sdk", "opentelemetry-api"):
+        assert name not in installed, (name, sorted(installed))
+    missing = run(
+        python,
+        "-c",
+        "import importlib.util as u; print([m for m in ('agentsandbox.devcluster', "
+        "'agentsandbox.sim', 'agentsandbox.cli.demo', 'agentsandbox.cli.devcluster') "
+        "if u.find_spec(m) is None])",
         cwd=tmp_path,
         env=env,
     )
+    assert missing.strip() == str(
+        [
+            "agentsandbox.devcluster",
+            "agentsandbox.sim",
+            "agentsandbox.cli.demo",
+            "agentsandbox.cli.devcluster",
+        ]
+    )
+    assert not (venv / "bin" / "agentsandbox-devcluster").exists()
+    proc = subprocess.run(
+        [
+            str(venv / "bin" / "agent-sandbox-controller"),
+            "--enable-tracing",
+            "--leader-elect=false",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,  # only stops a hung start
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "pip install 'agentsandbox[tracing]'" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_wheel_installs_offline_and_the_controller_becomes_ready(
+    dist: Path, cluster: DevCluster, tmp_path: Path
+) -> None:
+    venv = tmp_path / "venv"
+    env = install_offline(dist, venv, extras="tracing")
     # the package is the installed copy, not the checkout
     where = run(
         str(venv / "bin" / "python"),

@@ -273,7 +273,17 @@ def start_tracing() -> bool:
     set up; only then is the OpenTelemetry SDK imported."""
     try:
         tracing.enable(TRACING_SERVICE_NAME, __version__)
-    except Exception as err:  # a missing package, a bad OTEL_* value
+    except ModuleNotFoundError as err:
+        if not (err.name or "").startswith("opentelemetry"):
+            raise
+        log.error(
+            "--enable-tracing: OpenTelemetry is not installed (no module %s). Install the "
+            "tracing extra, `pip install 'agentsandbox[tracing]'`, or run without "
+            "--enable-tracing",
+            err.name,
+        )
+        return False
+    except Exception as err:  # a bad OTEL_* value
         log.error("--enable-tracing: cannot set up the OpenTelemetry exporter: %s", err)
         return False
     return True

@@ -32,6 +32,8 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
+from agentsandbox import __version__
+
 from . import metrics
 from .config import AuthProvider, ClusterConfig
 from .errors import (
@@ -57,7 +59,7 @@ JsonObject = dict[str, Any]
 DEFAULT_QPS = 20.0
 DEFAULT_BURST = 30
 DEFAULT_POOL_SIZE = 100
-_USER_AGENT = "agentsandbox/0.1.0 (python; aiohttp)"
+_USER_AGENT = f"agentsandbox/{__version__} (python; aiohttp)"
 _JSON = "application/json"
 _SAFE_METHODS = frozenset({"GET", "HEAD"})
 _CONNECT_TIMEOUT = 10.0

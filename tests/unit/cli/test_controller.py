@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,46 @@ def test_webhook_and_connection_flags_start_with_one_warning_line_each(tmp_path:
         hits = [ln for ln in lines if f"--{name} is accepted for compatibility" in ln]
         assert len(hits) == 1, (name, proc.stderr)
     assert str(missing) in lines[-1]
+
+
+def test_enable_tracing_without_the_tracing_extra_says_what_to_install() -> None:
+    """The runtime wheel leaves OpenTelemetry to the [tracing] extra: here it is made
+    unimportable (a ``None`` in ``sys.modules`` is how Python spells "not installed" for an
+    import), and start-up ends with one line naming the extra, before any connection."""
+    code = (
+        "import sys\n"
+        "for m in ('opentelemetry', 'opentelemetry.trace', 'opentelemetry.sdk'):\n"
+        "    sys.modules[m] = None\n"
+        "from agentsandbox.cli.controller import main\n"
+        "sys.exit(main(['--enable-tracing', '--leader-elect=false']))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HUNG, check=False
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "OpenTelemetry is not installed" in proc.stderr
+    assert "pip install 'agentsandbox[tracing]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_start_tracing_names_the_extra_only_for_missing_opentelemetry(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In process: a missing OpenTelemetry module is the one-line error naming the extra; any
+    other missing module is a bug of ours and propagates."""
+    from agentsandbox.cli import controller
+    from agentsandbox.kube import tracing
+
+    def missing(name: str) -> Callable[..., None]:
+        def enable(*_: object, **__: object) -> None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+        return enable
+
+    monkeypatch.setattr(tracing, "enable", missing("opentelemetry.sdk"))
+    assert controller.start_tracing() is False
+    assert "pip install 'agentsandbox[tracing]'" in caplog.text
+    assert "opentelemetry.sdk" in caplog.text
+    monkeypatch.setattr(tracing, "enable", missing("orjson"))
+    with pytest.raises(ModuleNotFoundError, match="orjson"):
+        controller.start_tracing()
