@@ -315,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dist", type=Path, default=ROOT / "dist")
     ap.add_argument("--work", type=Path, default=ROOT / "build" / "image")
     ap.add_argument("--report", type=Path, help="also write the size report (JSON) here")
+    ap.add_argument("--digest-copy", type=Path, help="also write the manifest digest here")
     args = ap.parse_args(argv)
 
     ver = version(ROOT / "pyproject.toml")
@@ -333,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     img = oci.write_image(rootfs, image_config(ver), archive, work / "oci", ref_name=ver)
     img.layer_tar.replace(work / "rootfs.tar")
     (args.dist / "image.digest").write_text(img.manifest_digest + "\n")
+    if args.digest_copy:
+        args.digest_copy.write_text(img.manifest_digest + "\n")
     report = {
         "architecture": ARCH,
         "debian_packages": len(debs),
