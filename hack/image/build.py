@@ -295,6 +295,23 @@ def assemble(rootfs: Path, debs: list[Path], wheelhouse: Path, own: Path) -> Non
             p.chmod(p.stat().st_mode & ~0o022)
 
 
+def _tree_bytes(path: Path) -> int:
+    if path.is_symlink() or not path.is_dir():
+        return path.lstat().st_size
+    return sum(p.lstat().st_size for p in path.rglob("*") if not p.is_dir() or p.is_symlink())
+
+
+def largest(rootfs: Path, top: int = 10) -> dict[str, float]:
+    """The biggest parts of the root filesystem (MB, bytecode included): the standard library,
+    the shared libraries and each installed top-level package."""
+    parts = [rootfs / "usr/lib/python3.11", rootfs / "usr/lib/x86_64-linux-gnu"]
+    parts += [rootfs / "lib/x86_64-linux-gnu", rootfs / "usr/bin"]
+    parts += [p for p in (rootfs / SITE).iterdir() if not p.name.endswith(".dist-info")]
+    sizes = {p.relative_to(rootfs).as_posix(): _tree_bytes(p) for p in parts if p.exists()}
+    ranked = sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    return {name: round(size / 1e6, 1) for name, size in ranked}
+
+
 def image_config(ver: str) -> oci.ImageConfig:
     return oci.ImageConfig(
         entrypoint=ENTRYPOINT,
@@ -345,6 +362,11 @@ def main(argv: list[str] | None = None) -> int:
         "oci_archive_bytes": img.archive_size,
         "compressed_mb": round(img.layer_gzip_size / 1e6, 1),
         "uncompressed_mb": round(img.layer_size / 1e6, 1),
+        "largest_mb": largest(rootfs),
+        "inputs_sha256": {
+            "debs.lock": oci.sha256_file(DEBS_LOCK),
+            "runtime.lock": oci.sha256_file(RUNTIME_LOCK),
+        },
     }
     (work / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     if args.report:
