@@ -312,6 +312,17 @@ def largest(rootfs: Path, top: int = 10) -> dict[str, float]:
     return {name: round(size / 1e6, 1) for name, size in ranked}
 
 
+def git_state() -> dict[str, object]:
+    """The commit the image was built from, and whether the work tree had changes."""
+
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results")
+    return {"commit": git("rev-parse", "--short", "HEAD") or "unknown", "dirty": bool(status)}
+
+
 def image_config(ver: str) -> oci.ImageConfig:
     return oci.ImageConfig(
         entrypoint=ENTRYPOINT,
@@ -354,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.digest_copy:
         args.digest_copy.write_text(img.manifest_digest + "\n")
     report = {
+        "command": "make image IMAGE_REPORT=bench/results/image.json",
+        "machine": git_state(),
         "architecture": ARCH,
         "debian_packages": len(debs),
         "wheels": len(list(wheelhouse.glob("*.whl"))) + 1,
