@@ -113,6 +113,15 @@ def fetch_debs(lock: list[tuple[str, str, str, str]], cache: Path) -> list[Path]
     return paths
 
 
+def _known(name: str, ver: str) -> bool:
+    """Whether the apt sources have this version (apt-cache exits 0 either way, printing nothing
+    when they do not)."""
+    proc = subprocess.run(
+        ["apt-cache", "show", f"{name}:{ARCH}={ver}"], capture_output=True, text=True, check=False
+    )
+    return proc.returncode == 0 and bool(proc.stdout.strip())
+
+
 def _apt_download(wanted: list[tuple[str, str]], cache: Path) -> None:
     def run() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -129,14 +138,7 @@ def _apt_download(wanted: list[tuple[str, str]], cache: Path) -> None:
         subprocess.run(["apt-get", "update", "-qq"], check=False)
         proc = run()
     if proc.returncode != 0:
-        gone = [
-            f"{n}={v}"
-            for n, v in wanted
-            if subprocess.run(
-                ["apt-cache", "show", f"{n}:{ARCH}={v}"], capture_output=True, check=False
-            ).returncode
-            != 0
-        ]
+        gone = [f"{n}={v}" for n, v in wanted if not _known(n, v)]
         sys.stderr.write(proc.stderr)
         if gone:
             raise LockGone(

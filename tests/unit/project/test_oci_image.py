@@ -199,8 +199,8 @@ def test_a_locked_version_that_is_gone_names_the_refresh_command(
         calls.append(list(argv))
         if argv[:2] == ["apt-get", "download"]:
             return subprocess.CompletedProcess(argv, 100, "", "E: Version '9' was not found\n")
-        if argv[:2] == ["apt-cache", "show"]:
-            return subprocess.CompletedProcess(argv, 100, "", "")
+        if argv[:2] == ["apt-cache", "show"]:  # as apt-cache does: exit 0, nothing printed
+            return subprocess.CompletedProcess(argv, 0, "", "W: Unable to locate\n")
         return subprocess.CompletedProcess(argv, 0, "", "")
 
     monkeypatch.setattr(build.subprocess, "run", fake_run)
