@@ -14,7 +14,7 @@ SDK046_STAMP := $(SDK046_VENV)/.installed
 SDK108_STAMP := $(SDK108_VENV)/.installed
 SDK_STAMPS := $(SDK046_STAMP) $(SDK108_STAMP)
 
-.PHONY: help venv sdk-venvs controlplane conformance-build conformance cluster cluster-down test test-unit test-integration test-slow test-faults demo bench bench-runtime traces autoscale-eval lint fmt clean
+.PHONY: help venv sdk-venvs controlplane conformance-build conformance cluster cluster-down test test-unit test-integration test-slow test-faults demo bench bench-runtime traces autoscale-eval lint fmt clean image image-check
 
 help:
 	@echo "make demo          set everything up, start the local control plane and show the controller at work"
@@ -25,6 +25,8 @@ help:
 	@echo "make cluster       start the local control plane in the background (.cluster/kubeconfig)"
 	@echo "make cluster-down  stop it"
 	@echo "make lint          ruff + mypy"
+	@echo "make image         the controller's OCI image, no container engine (dist/*-oci.tar, dist/image.digest)"
+	@echo "make image-check   the image's root filesystem runs the controller (chroot, as root)"
 	@echo "make autoscale-eval the autoscaler's held-out scenarios in the simulator (SET=tuning: the tuning set)"
 
 # requirements-dev.lock: the runtime dependencies, the [tracing] extra and the dev dependency
@@ -173,6 +175,31 @@ RELEASE_PARTS :=
 .PHONY: release
 release: venv $(RELEASE_PARTS)
 	$(PY) hack/release.py --version "$(VERSION)" $(if $(IMAGE),--image "$(IMAGE)")
+
+# The controller's image without a container engine (hack/image/build.py): Debian bookworm packages
+# of hack/image/debs.lock (apt-get download) and the wheels of hack/image/runtime.lock, cached under
+# ~/.cache/agentsandbox/image/, unpacked into a root filesystem and written as an OCI image layout:
+# dist/agent-sandbox-controller-<version>-oci.tar and dist/image.digest (the manifest's digest).
+# The version is pyproject.toml's; VERSION= overrides it. Rebuilt only when an input changed.
+# IMAGE_REPORT=bench/results/image.json rewrites the committed size report.
+IMAGE_VERSION := $(or $(VERSION),$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml))
+IMAGE_OCI := dist/agent-sandbox-controller-$(IMAGE_VERSION)-oci.tar
+IMAGE_INPUTS := pyproject.toml README.md $(wildcard hack/image/*.py hack/image/*.lock) \
+	$(shell find src -type f -not -name '*.pyc')
+IMAGE_REPORT ?=
+$(IMAGE_OCI): $(IMAGE_INPUTS) | $(STAMP)
+	VERSION=$(IMAGE_VERSION) $(PY) hack/image/build.py --digest-copy build/image/digest-$(IMAGE_VERSION) >/dev/null
+
+image: $(IMAGE_OCI)
+	@cp build/image/digest-$(IMAGE_VERSION) dist/image.digest
+	$(if $(IMAGE_REPORT),cp build/image/report.json $(IMAGE_REPORT))
+	@echo "$(IMAGE_OCI) $$(cat dist/image.digest)"
+
+# As root: the image's root filesystem, unpacked from the archive, runs the controller under
+# chroot as UID 65532, read-only, against a private local control plane; a second build from the
+# same inputs gives the same digest (tests/image/).
+image-check: image controlplane
+	VERSION=$(IMAGE_VERSION) $(PYTEST) tests/image
 
 # ruff on every Python file of the repository (src, tests, bench, hack, and any to come), mypy --strict
 lint: venv
