@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
-VALUES = ROOT / "deploy" / "helm" / "agent-sandbox-controller" / "values.yaml"
+VALUES = ROOT / "deploy" / "helm" / "agent-sandbox" / "values.yaml"
 
 
 def help_flags() -> dict[str, tuple[str, str, str]]:
@@ -79,8 +79,7 @@ def test_the_readme_flags_table_is_the_help_output() -> None:
     assert not wrong and not extra, (
         "docs/flags.md's flags table is not `agent-sandbox-controller --help`; "
         f"rows without a flag: {extra}; rows to put in (a new flag also needs a Helm value in "
-        "deploy/helm/agent-sandbox-controller/values.yaml and values.schema.json):\n"
-        + "\n".join(wrong)
+        "deploy/helm/agent-sandbox/values.yaml and values.schema.json):\n" + "\n".join(wrong)
     )
 
 
