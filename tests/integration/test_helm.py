@@ -736,12 +736,13 @@ def upgraded(
 
 
 def server_dry_run(cluster: DevCluster, text: str, *how: str) -> subprocess.CompletedProcess[str]:
-    """``kubectl <how>`` of ``text`` with ``--dry-run=server`` (server-side apply by default)."""
+    """``kubectl <how>`` of ``text`` with ``--dry-run=server`` (server-side apply by default,
+    taking the fields of the installed release: a dry run changes nothing)."""
     return subprocess.run(
         [
             str(cluster.kubectl_path),
             f"--kubeconfig={cluster.kubeconfig}",
-            *(how or ("apply", "--server-side")),
+            *(how or ("apply", "--server-side", "--force-conflicts")),
             "--dry-run=server",
             "-f",
             "-",
