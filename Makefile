@@ -14,7 +14,7 @@ SDK046_STAMP := $(SDK046_VENV)/.installed
 SDK108_STAMP := $(SDK108_VENV)/.installed
 SDK_STAMPS := $(SDK046_STAMP) $(SDK108_STAMP)
 
-.PHONY: help venv sdk-venvs controlplane conformance-build conformance cluster cluster-down test test-unit test-integration test-slow test-faults demo bench bench-runtime traces autoscale-eval lint fmt clean
+.PHONY: help venv sdk-venvs controlplane conformance-build conformance cluster cluster-down chart test test-unit test-integration test-slow test-faults demo bench bench-runtime traces autoscale-eval lint fmt clean
 
 help:
 	@echo "make demo          set everything up, start the local control plane and show the controller at work"
@@ -25,6 +25,7 @@ help:
 	@echo "make cluster       start the local control plane in the background (.cluster/kubeconfig)"
 	@echo "make cluster-down  stop it"
 	@echo "make lint          ruff + mypy"
+	@echo "make chart         dist/agent-sandbox-<version>.tgz (VERSION= and IMAGE= override version and image)"
 	@echo "make autoscale-eval the autoscaler's held-out scenarios in the simulator (SET=tuning: the tuning set)"
 
 $(STAMP): pyproject.toml requirements-dev.lock
@@ -145,6 +146,14 @@ autoscale-eval: traces
 	$(PY) bench/autoscale/evaluate.py --set $(SET) --jobs $(AUTOSCALE_JOBS) --out build/autoscale-eval --traces-dir build/traces
 
 # ruff on every Python file of the repository (src, tests, bench, hack, and any to come), mypy --strict
+# The Helm chart, packaged: version and appVersion from pyproject.toml unless VERSION= is given;
+# IMAGE= sets the image repository in its values.yaml.
+VERSION ?= $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | head -n 1)
+IMAGE ?=
+DIST ?= dist
+chart:
+	@hack/package_chart.sh "$(VERSION)" "$(IMAGE)" "$(DIST)"
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

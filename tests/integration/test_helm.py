@@ -662,6 +662,31 @@ def test_the_aggregation_into_the_builtin_roles_is_opt_in_as_in_kustomize(home: 
         assert rbac_view(on[key]) == rbac_view(obj), key
 
 
+def test_make_chart_packages_it_with_the_version_and_image_given(
+    home: Path, tmp_path: Path
+) -> None:
+    """`make chart VERSION=<v> IMAGE=<repo> DIST=<dir>` writes <dir>/agent-sandbox-<v>.tgz: the
+    chart's version and appVersion are <v> (a SemVer pre-release taken as is), its default image
+    <repo>:<v>; without VERSION the version is pyproject.toml's."""
+    image = "registry.example.com/team/agent-sandbox-controller"
+    run = ["make", "--no-print-directory", "-C", str(ROOT), "chart", f"DIST={tmp_path}"]
+    subprocess.run([*run, "VERSION=1.2.3-rc.1", f"IMAGE={image}"], check=True, capture_output=True)
+    tgz = tmp_path / "agent-sandbox-1.2.3-rc.1.tgz"
+    docs = docs_of(
+        helm("template", RELEASE, str(tgz), "--kube-version", KUBE_VERSION, home=home).stdout
+    )
+    assert container(docs)["image"] == f"{image}:1.2.3-rc.1"
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    assert deployment["metadata"]["labels"]["helm.sh/chart"] == "agent-sandbox-1.2.3-rc.1"
+    subprocess.run(run, check=True, capture_output=True)
+    project = next(
+        line.split('"')[1]
+        for line in (ROOT / "pyproject.toml").read_text().splitlines()
+        if line.startswith("version = ")
+    )
+    assert (tmp_path / f"agent-sandbox-{project}.tgz").is_file()
+
+
 # ------------------------------------------------------------------------------ a real API server
 def previous_chart(into: Path) -> Path:
     """Chart version 0.1.0: this chart with the SandboxWarmPool CRD from before commit bf2bc15."""

@@ -70,7 +70,7 @@ def test_the_readme_flags_table_is_the_help_output() -> None:
     for name, (kind, default, desc) in sorted(flags.items()):
         if name not in rows:
             camel = re.sub(r"-(\w)", lambda m: m[1].upper(), name)
-            wrong.append(row_for(name, kind, default, desc, f"`flags.{camel}`"))
+            wrong.append(row_for(name, kind, default, desc, f"`controller.{camel}`"))
             continue
         _, r_kind, r_default, helm, r_desc = rows[name]
         if (r_kind, r_default.strip("`"), r_desc) != (kind, default, desc):
