@@ -14,7 +14,7 @@ SDK046_STAMP := $(SDK046_VENV)/.installed
 SDK108_STAMP := $(SDK108_VENV)/.installed
 SDK_STAMPS := $(SDK046_STAMP) $(SDK108_STAMP)
 
-.PHONY: help venv sdk-venvs controlplane conformance-build conformance cluster cluster-down test test-unit test-integration test-slow test-faults demo bench bench-runtime traces autoscale-eval lint fmt clean image image-check
+.PHONY: help venv sdk-venvs controlplane conformance-build conformance cluster cluster-down test test-unit test-integration test-slow test-faults demo bench bench-runtime traces autoscale-eval lint fmt clean image image-check chart
 
 help:
 	@echo "make demo          set everything up, start the local control plane and show the controller at work"
@@ -27,6 +27,7 @@ help:
 	@echo "make lint          ruff + mypy"
 	@echo "make image         the controller's OCI image, no container engine (dist/*-oci.tar, dist/image.digest)"
 	@echo "make image-check   the image's root filesystem runs the controller (chroot, as root)"
+	@echo "make chart         dist/agent-sandbox-<version>.tgz (VERSION= and IMAGE= override version and image)"
 	@echo "make autoscale-eval the autoscaler's held-out scenarios in the simulator (SET=tuning: the tuning set)"
 
 # requirements-dev.lock: the runtime dependencies, the [tracing] extra and the dev dependency
@@ -171,7 +172,7 @@ IMAGE ?=
 # The image and chart targets plug in here: each writes its artifact into dist/ (the image also
 # dist/image.digest, "sha256:<hex>", which install.yaml then pins) before hack/release.py writes
 # the Python distributions, install.yaml and RELEASE.md and sums all of dist/ into SHA256SUMS.
-RELEASE_PARTS :=
+RELEASE_PARTS := chart image
 .PHONY: release
 release: venv $(RELEASE_PARTS)
 	$(PY) hack/release.py --version "$(VERSION)" $(if $(IMAGE),--image "$(IMAGE)")
@@ -202,6 +203,13 @@ image-check: image controlplane
 	VERSION=$(IMAGE_VERSION) $(PYTEST) tests/image
 
 # ruff on every Python file of the repository (src, tests, bench, hack, and any to come), mypy --strict
+# The Helm chart, packaged: version and appVersion from pyproject.toml unless VERSION= is given;
+# IMAGE= sets the image repository in its values.yaml.
+IMAGE ?=
+DIST ?= dist
+chart:
+	@hack/package_chart.sh "$(VERSION)" "$(IMAGE)" "$(DIST)"
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

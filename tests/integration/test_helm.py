@@ -1,6 +1,8 @@
-"""deploy/helm/agent-sandbox-controller: the chart renders the kustomize install's objects, its
-RBAC is the same, the API server accepts it, `helm upgrade` from the previous chart version
-applies a changed CRD, and the controller serves claims with the args of either Deployment.
+"""deploy/helm/agent-sandbox: the chart renders the kustomize install's objects, its RBAC is the
+same, it takes upstream v1.0.1's values file (object names as upstream's chart renders them, each
+value mapped onto ours), the API server accepts it, `helm upgrade` from the previous chart version
+applies a changed CRD, and the controller serves claims with the args of either Deployment. The
+upgrade from upstream's chart and back is tests/integration/test_helm_upstream.py.
 
 helm is built from its Go module by hack/controlplane/build-helm.sh (``make controlplane``) and
 cached beside the control plane binaries. The install and upgrade run against a small private
@@ -41,11 +43,24 @@ from .test_deploy import (
     token_kubeconfig,
 )
 
-CHART = DEPLOY / "helm" / "agent-sandbox-controller"
+CHART = DEPLOY / "helm" / "agent-sandbox"
 NETWORK_POLICY_COMPONENT = DEPLOY / "network-policy"
+AGGREGATE_ROLES_COMPONENT = DEPLOY / "aggregate-roles"
+MONITORING = DEPLOY / "monitoring"
 PREVIOUS = Path(__file__).parent / "testdata" / "helm-previous"
 WARMPOOL_CRD = "extensions.agents.x-k8s.io_sandboxwarmpools.yaml"
 RELEASE = "asc"
+# Where the releases are recorded: the chart makes its Namespace (namespace.create, as upstream's),
+# so the release lives elsewhere, as `helm install agent-sandbox <chart>` does by default.
+RELEASE_NS = "default"
+# `helm template` assumes a newer Kubernetes than the chart's kubeVersion allows: the tested one.
+KUBE_VERSION = next(
+    line.split("=", 1)[1].strip()
+    for line in (ROOT / "hack" / "controlplane" / "versions.env").read_text().splitlines()
+    if line.startswith("KUBERNETES_VERSION=")
+)
+CHART_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+UPSTREAM_IMAGE = "registry.k8s.io/agent-sandbox/agent-sandbox-controller"
 # Labels the chart adds to every object, on top of the kustomize install's `app` label.
 HELM_LABELS = {
     "app.kubernetes.io/name",
@@ -55,15 +70,18 @@ HELM_LABELS = {
     "helm.sh/chart",
 }
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-# Flags with a value of their own (not under `flags:`), and flags a Deployment never passes.
+# Flags rendered from a value of their own (the rest: `--<kebab>=<value>` of `controller.<name>`),
+# and flags a Deployment never passes.
 DEDICATED = {
-    "leader-elect": "leaderElection.enabled",
-    "leader-election-namespace": "leaderElection.namespace",
-    "extensions": "extensions",
+    "leader-elect": "controller.leaderElect",
+    "leader-election-namespace": "controller.leaderElectionNamespace",
+    "extensions": "controller.extensions",
     "metrics-bind-address": "metrics.enabled / metrics.port",
     "health-probe-bind-address": "health.port",
-    "enable-tracing": "tracing.enabled",
+    "enable-tracing": "controller.enableTracing",
 }
+DEDICATED_KEYS = {v.split(".", 1)[1] for v in DEDICATED.values() if v.startswith("controller.")}
+DEDICATED_KEYS |= {"extraArgs"}
 NOT_A_VALUE = {"kubeconfig", "version"}
 
 
@@ -99,9 +117,19 @@ def docs_of(text: str) -> list[dict[str, Any]]:
 
 
 @functools.cache
-def rendered_text(home: Path, *values: str) -> str:
+def rendered_text(
+    home: Path, *values: str, chart: Path = CHART, files: tuple[Path, ...] = ()
+) -> str:
     sets = [a for v in values for a in ("--set", v)]
-    return helm("template", RELEASE, str(CHART), "--namespace", SYSTEM_NS, *sets, home=home).stdout
+    sets += [a for f in files for a in ("-f", str(f))]
+    return helm(
+        "template",
+        RELEASE,
+        str(chart),
+        *("--namespace", RELEASE_NS, "--kube-version", KUBE_VERSION, "--include-crds"),
+        *sets,
+        home=home,
+    ).stdout
 
 
 def render(home: Path, *values: str) -> list[dict[str, Any]]:
@@ -158,23 +186,34 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_chart_renders_the_kustomize_objects(home: Path) -> None:
     helm_docs = by_key(render(home))
     kust = by_key(kustomize_docs())
-    # the same objects, less the Namespace (helm install --create-namespace, docs/deploy.md)
-    assert set(helm_docs) == set(kust) - {("Namespace", SYSTEM_NS)}
+    assert set(helm_docs) == set(kust)
     for key, obj in helm_docs.items():
         if key[0] != "CustomResourceDefinition":  # those have no labels in deploy/crds
             assert without_helm_labels(obj) == without_helm_labels(kust[key]), key
         assert obj["metadata"].get("namespace") == kust[key]["metadata"].get("namespace"), key
-    # the CRDs are deploy/crds' own, marked to outlive the release
+    # the CRDs are deploy/crds' own, and they and the Namespace are marked to outlive the release
     for key, obj in helm_docs.items():
+        if key[0] in ("CustomResourceDefinition", "Namespace"):
+            assert obj["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}, key
         if key[0] == "CustomResourceDefinition":
             assert obj["spec"] == kust[key]["spec"], key
-            assert obj["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
     # the same Service and the same pod (less Helm's labels on it)
     assert helm_docs["Service", SA]["spec"] == kust["Service", SA]["spec"]
     ours, theirs = helm_docs["Deployment", SA]["spec"], kust["Deployment", SA]["spec"]
     assert ours["replicas"] == theirs["replicas"]
-    assert ours["selector"] == theirs["selector"]  # immutable: a kustomize install can move over
     assert ours["template"]["spec"] == theirs["template"]["spec"]
+    # The selector (immutable) is upstream's chart's when no Deployment is there (as here: `helm
+    # template` looks nothing up); the pod carries the kustomize install's too, and an install
+    # over a kustomize one keeps its selector (test_helm_takes_over_a_kustomize_install).
+    assert ours["selector"] == {
+        "matchLabels": {
+            "app.kubernetes.io/name": "agent-sandbox",
+            "app.kubernetes.io/instance": RELEASE,
+        }
+    }
+    labels = ours["template"]["metadata"]["labels"]
+    assert theirs["selector"]["matchLabels"].items() <= labels.items()
+    assert ours["selector"]["matchLabels"].items() <= labels.items()
 
 
 def test_the_chart_mounts_the_optional_config_map_of_the_claim_label_domains(home: Path) -> None:
@@ -200,7 +239,9 @@ def test_the_rbac_equals_the_kustomize_install(home: Path) -> None:
 
 
 def test_values_switch_the_optional_parts(home: Path) -> None:
-    off = by_key(render(home, "extensions=false", "metrics.enabled=false", "crds.install=false"))
+    off = by_key(
+        render(home, "controller.extensions=false", "metrics.enabled=false", "crds.install=false")
+    )
     assert ("ClusterRole", "agent-sandbox-controller-extensions") not in off
     assert ("ClusterRoleBinding", "agent-sandbox-controller-extensions") not in off
     assert ("ClusterRole", "agent-sandbox-controller") in off
@@ -213,11 +254,12 @@ def test_values_switch_the_optional_parts(home: Path) -> None:
         render(
             home,
             "metrics.serviceMonitor.enabled=true",
-            "metrics.serviceMonitor.labels.release=prom",
+            "metrics.serviceMonitor.additionalLabels.release=prom",
             "image.digest=sha256:" + "0" * 64,
-            "tracing.enabled=true",
+            "controller.enableTracing=true",
             "crds.keep=false",
-            "replicas=2",
+            "namespace.keep=false",
+            "replicaCount=2",
         )
     )
     monitor = monitored["ServiceMonitor", SA]
@@ -230,6 +272,7 @@ def test_values_switch_the_optional_parts(home: Path) -> None:
     assert monitored["Deployment", SA]["spec"]["replicas"] == 2
     crd = monitored["CustomResourceDefinition", "sandboxes.agents.x-k8s.io"]
     assert "annotations" not in crd["metadata"]
+    assert "annotations" not in monitored["Namespace", SYSTEM_NS]["metadata"]
 
 
 def pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -301,13 +344,13 @@ def test_a_disruption_budget_is_made_only_for_more_than_one_replica(home: Path) 
     before taking the other, so a synced standby is always there. ``podDisruptionBudget.enabled``
     (on) turns it off, ``.maxUnavailable`` sets the number."""
     assert not [k for k in by_key(render(home)) if k[0] == "PodDisruptionBudget"]
-    two = by_key(render(home, "replicas=2"))["PodDisruptionBudget", SA]
+    two = by_key(render(home, "replicaCount=2"))["PodDisruptionBudget", SA]
     assert two["apiVersion"] == "policy/v1"
     assert two["metadata"]["namespace"] == SYSTEM_NS
     assert two["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": {"app": SA}}}
-    off = by_key(render(home, "replicas=2", "podDisruptionBudget.enabled=false"))
+    off = by_key(render(home, "replicaCount=2", "podDisruptionBudget.enabled=false"))
     assert not [k for k in off if k[0] == "PodDisruptionBudget"]
-    three = by_key(render(home, "replicas=3", "podDisruptionBudget.maxUnavailable=2"))
+    three = by_key(render(home, "replicaCount=3", "podDisruptionBudget.maxUnavailable=2"))
     assert three["PodDisruptionBudget", SA]["spec"]["maxUnavailable"] == 2
 
 
@@ -326,14 +369,15 @@ def test_every_controller_flag_is_a_value_and_renders_as_the_binary_parses_it(
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     kebab = {
         "".join(f"-{ch.lower()}" if ch.isupper() else ch for ch in name): name
-        for name in values["flags"]
+        for name in values["controller"]
+        if name not in DEDICATED_KEYS
     }
     assert set(kebab) | set(DEDICATED) | NOT_A_VALUE == set(fs.flags), (
-        "values.yaml `flags:` must name every flag of agent-sandbox-controller: "
+        "values.yaml `controller:` must name every flag of agent-sandbox-controller: "
         f"missing {set(fs.flags) - set(kebab) - set(DEDICATED) - NOT_A_VALUE}, "
         f"unknown {set(kebab) - set(fs.flags)}"
     )
-    assert all(v is None for v in values["flags"].values()), "null: the binary's default"
+    assert all(values["controller"][n] is None for n in kebab.values()), "null: binary default"
     # a value for every flag, none of them the default: the rendered args parse to exactly these
     chosen: dict[str, Any] = {}
     for flag, name in sorted(kebab.items()):
@@ -346,11 +390,11 @@ def test_every_controller_flag_is_a_value_and_renders_as_the_binary_parses_it(
             "string": "json" if flag == "zap-encoder" else f"x-{flag}",
         }[kind]
     sets = [
-        f"flags.{k}={v}" if not isinstance(v, bool) else f"flags.{k}={str(v).lower()}"
+        f"controller.{k}={v}" if not isinstance(v, bool) else f"controller.{k}={str(v).lower()}"
         for k, v in chosen.items()
     ]
-    sets += ["leaderElection.enabled=false", "leaderElection.namespace=elsewhere"]
-    sets += ["metrics.port=9090", "health.port=9091", "tracing.enabled=true"]
+    sets += ["controller.leaderElect=false", "controller.leaderElectionNamespace=elsewhere"]
+    sets += ["metrics.port=9090", "health.port=9091", "controller.enableTracing=true"]
     args = container(render(home, *sets))["args"]
     parsed, rest = fs.parse(args)
     assert rest == []
@@ -365,33 +409,289 @@ def test_every_controller_flag_is_a_value_and_renders_as_the_binary_parses_it(
 
 
 def test_the_values_schema_types_every_flag_and_helm_enforces_it(home: Path) -> None:
-    """values.schema.json: each `flags:` entry has the flag's type (or null), so helm refuses a
-    wrong value at install time instead of the pod exiting 1 at start."""
+    """values.schema.json: each `controller:` flag has the flag's type (or null), so helm refuses
+    a wrong value at install time instead of the pod exiting 1 at start."""
     schema = json.loads((CHART / "values.schema.json").read_text())
     fs = build_flagset()
     # `--set x=2.5` passes a string: a decimal flag takes a number or a numeric string
     want = {"bool": ["boolean"], "int": ["integer"], "float": ["number", "string"]}
-    props = schema["properties"]["flags"]["properties"]
-    assert set(props) == set(yaml.safe_load((CHART / "values.yaml").read_text())["flags"])
+    props = schema["properties"]["controller"]["properties"]
+    assert set(props) == set(yaml.safe_load((CHART / "values.yaml").read_text())["controller"])
     for name, prop in props.items():
+        if name in DEDICATED_KEYS:
+            continue
         flag = fs.flags["".join(f"-{c.lower()}" if c.isupper() else c for c in name)]
         assert prop["type"] == [*want.get(flag.kind, ["string"]), "null"], name
     for bad, message in (
-        ("flags.kubeApiQps=fast", "does not match pattern"),
-        ("flags.kubeApiBurst=many", "want null or integer"),
-        ("flags.sandboxWarmPoolReplenishDelay=5x", "does not match pattern"),
-        ("flags.noSuchFlag=1", "additional properties 'noSuchFlag' not allowed"),
+        ("controller.kubeApiQps=fast", "does not match pattern"),
+        ("controller.kubeApiBurst=many", "want null or integer"),
+        ("controller.sandboxWarmPoolReplenishDelay=5x", "does not match pattern"),
+        ("controller.noSuchFlag=1", "additional properties 'noSuchFlag' not allowed"),
         ("metrics.port=0", "minimum"),
     ):
-        result = helm("template", RELEASE, str(CHART), "--set", bad, home=home, check=False)
+        result = helm(
+            "template",
+            RELEASE,
+            str(CHART),
+            "--kube-version",
+            KUBE_VERSION,
+            "--set",
+            bad,
+            home=home,
+            check=False,
+        )
         assert result.returncode != 0 and message in result.stderr, (bad, result.stderr)
+
+
+# ------------------------------------------------------------------------------ upstream's values
+def upstream_chart(upstream: Path) -> Path:
+    return upstream / "helm"
+
+
+def objects(docs: list[dict[str, Any]]) -> set[tuple[str, str, str | None]]:
+    return {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")) for d in docs}
+
+
+def upstream_render(
+    home: Path, upstream: Path, *values: str, files: tuple[Path, ...] = (), tag: bool = True
+) -> Any:
+    """Upstream's chart, which requires image.tag (``tag``: set it, to v1.0.1)."""
+    tags = ("image.tag=v1.0.1",) if tag else ()
+    return docs_of(rendered_text(home, *tags, *values, chart=upstream_chart(upstream), files=files))
+
+
+# Ours and not upstream's: the Role for the Lease (upstream grants leases cluster-wide) and our
+# own CRD.
+OURS_ONLY = {
+    ("Role", "agent-sandbox-controller-leader-election", SYSTEM_NS),
+    ("RoleBinding", "agent-sandbox-controller-leader-election", SYSTEM_NS),
+    ("CustomResourceDefinition", "sandboxwarmpoolautoscalers.autoscaling.agentsandbox.dev", None),
+}
+
+
+@pytest.mark.parametrize("extensions", ["false", "true"])
+def test_upstreams_values_file_renders_the_objects_upstreams_chart_renders(
+    home: Path, upstream: Path, extensions: str
+) -> None:
+    """Upstream v1.0.1's own values.yaml, unchanged (with and without extensions): our chart
+    renders every object upstream's chart renders, with the same kind, name and namespace (so
+    that `helm upgrade` from it replaces nothing), the same Deployment selector, and only our
+    leader-election Role and CRD besides."""
+    values = upstream_chart(upstream) / "values.yaml"
+    theirs = upstream_render(home, upstream, f"controller.extensions={extensions}", files=(values,))
+    ours = docs_of(rendered_text(home, f"controller.extensions={extensions}", files=(values,)))
+    assert objects(ours) - objects(theirs) == OURS_ONLY
+    # Upstream's chart makes the extensions ClusterRole even without extensions (unbound); ours
+    # does not: the one deliberate difference in names (docs/deploy.md).
+    unbound = {("ClusterRole", "agent-sandbox-controller-extensions", None)}
+    assert objects(theirs) - objects(ours) == (unbound if extensions == "false" else set())
+    assert ("Namespace", SYSTEM_NS, None) in objects(ours)
+    ours_by, theirs_by = by_key(ours), by_key(theirs)
+    assert (
+        ours_by["Deployment", SA]["spec"]["selector"]
+        == theirs_by["Deployment", SA]["spec"]["selector"]
+    )
+    args = container(ours)["args"]
+    assert ("--extensions" in args) is (extensions == "true")
+    # the values file names upstream's image, and the chart uses it as given (with our tag)
+    assert container(ours)["image"].startswith(UPSTREAM_IMAGE + ":")
+    # its null security contexts leave ours restricted, not none
+    pod = pod_spec(ours)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container(ours)["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_a_customised_upstream_values_file_maps_each_value_onto_ours(
+    home: Path, upstream: Path, tmp_path: Path
+) -> None:
+    """An upstream-style values file setting every key upstream's chart has: each value lands
+    where upstream's chart puts it (the flags parse to the same values with our flag parser),
+    and the object names and namespaces stay upstream's."""
+    values = yaml.safe_load((upstream_chart(upstream) / "values.yaml").read_text())
+    security = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    values |= {
+        "namespace": {"create": True, "name": "sandboxes-system"},
+        "image": {"repository": "example.com/ours", "tag": "v9", "pullPolicy": "Always"},
+        "imagePullSecrets": [{"name": "creds"}],
+        "replicaCount": 2,
+        "podAnnotations": {"team/owner": "platform"},
+        "podLabels": {"team": "platform"},
+        "controller": {
+            "clusterDomain": "corp.local",
+            "leaderElect": False,
+            "leaderElectionNamespace": "leases",
+            "extensions": True,
+            "enableTracing": True,
+            "enablePprof": True,
+            "enablePprofDebug": False,
+            "pprofBlockProfileRate": 5,
+            "pprofMutexProfileFraction": 3,
+            "kubeApiQps": 50.5,
+            "kubeApiBurst": 80,
+            "sandboxConcurrentWorkers": 7,
+            "sandboxClaimConcurrentWorkers": 6,
+            "sandboxWarmPoolConcurrentWorkers": 5,
+            "sandboxTemplateConcurrentWorkers": 4,
+            "sandboxWarmPoolMaxBatchSize": 30,
+            "sandboxWarmPoolReadinessGracePeriod": "2m",
+            "sandboxWarmPoolUnschedulableRecheckInterval": "45s",
+            "enableWarmPoolEviction": False,
+            "extraArgs": ["--zap-log-level=debug"],
+        },
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+        "nodeSelector": {"pool": "system"},
+        "tolerations": [{"key": "system", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "arch", "operator": "In", "values": ["x"]}]}
+                    ]
+                }
+            }
+        },
+        "podSecurityContext": {**security, "fsGroup": 2000},
+        "containerSecurityContext": {**security, "allowPrivilegeEscalation": False},
+        "service": {"name": "sandbox-metrics"},
+        "metrics": {
+            "serviceMonitor": {
+                "enabled": True,
+                "additionalLabels": {"release": "prom"},
+                "interval": "15s",
+                "scrapeTimeout": "5s",
+            },
+            "prometheusRule": {
+                "enabled": True,
+                "additionalLabels": {"release": "prom"},
+                "additionalGroups": [
+                    {"name": "mine", "rules": [{"alert": "Mine", "expr": "vector(1) > 2"}]}
+                ],
+            },
+        },
+    }
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    theirs = upstream_render(home, upstream, files=(path,), tag=False)
+    ours = docs_of(rendered_text(home, files=(path,)))
+    ns = "sandboxes-system"
+    ours_only = {(k, n, ns if s else None) for k, n, s in OURS_ONLY}
+    # the leader-election Role goes to the Lease's namespace, as the flag says
+    ours_only = {(k, n, "leases" if k in ("Role", "RoleBinding") else s) for k, n, s in ours_only}
+    # and, with two replicas, our PodDisruptionBudget (podDisruptionBudget.enabled, on)
+    ours_only |= {("PodDisruptionBudget", SA, ns)}
+    assert objects(ours) - objects(theirs) == ours_only
+    assert objects(theirs) <= objects(ours)
+    ours_by, theirs_by = by_key(ours), by_key(theirs)
+    # every flag upstream's chart passes parses to the same value from our args
+    fs = build_flagset()
+    want, rest = fs.parse(container(theirs)["args"])
+    got, our_rest = fs.parse(container(ours)["args"])
+    assert rest == our_rest == []
+    passed = {a.split("=", 1)[0].lstrip("-") for a in container(theirs)["args"]}
+    assert len(passed) >= 20
+    for flag in passed:
+        assert got[flag] == want[flag], flag
+    # the pod's settings as upstream's chart places them
+    for key in ("image", "imagePullPolicy", "securityContext"):
+        assert container(ours)[key] == container(theirs)[key], key
+    # Helm merges a values file's map into the chart's: requests as given, and our limits stay
+    # (docs/deploy.md; `limits: null` drops them)
+    resources = container(ours)["resources"]
+    assert resources["requests"] == container(theirs)["resources"]["requests"]
+    assert resources["limits"] == {"cpu": "1", "memory": "512Mi"}
+    ours_pod, theirs_pod = pod_spec(ours), pod_spec(theirs)
+    for key in ("imagePullSecrets", "nodeSelector", "tolerations", "affinity", "securityContext"):
+        assert ours_pod[key] == theirs_pod[key], key
+    deployment, upstream_deployment = ours_by["Deployment", SA], theirs_by["Deployment", SA]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["selector"] == upstream_deployment["spec"]["selector"]
+    meta, upstream_meta = (
+        deployment["spec"]["template"]["metadata"],
+        upstream_deployment["spec"]["template"]["metadata"],
+    )
+    assert meta["annotations"] == upstream_meta["annotations"]
+    assert upstream_meta["labels"].items() <= meta["labels"].items()
+    # monitoring: the ServiceMonitor's settings, our alerts plus the added group
+    monitor = ours_by["ServiceMonitor", SA]
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("15s", "5s")
+    rule = ours_by["PrometheusRule", SA]
+    assert rule["metadata"]["labels"]["release"] == "prom"
+    assert rule["spec"]["groups"][-1]["name"] == "mine"
+    assert ours_by["Service", "sandbox-metrics"]["metadata"]["namespace"] == ns
+
+
+def test_the_alerts_and_the_dashboard_are_opt_in_and_deploy_monitorings_own(home: Path) -> None:
+    """metrics.prometheusRule and metrics.grafanaDashboard (off by default) render the
+    PrometheusRule of deploy/monitoring/alerts.yaml and a ConfigMap holding
+    deploy/monitoring/grafana-dashboard.json with Grafana's sidecar label."""
+    kinds = {k[0] for k in by_key(render(home))}
+    assert not kinds & {"PrometheusRule", "ConfigMap"}
+    on = by_key(
+        render(
+            home,
+            "metrics.prometheusRule.enabled=true",
+            "metrics.grafanaDashboard.enabled=true",
+            "metrics.grafanaDashboard.namespace=monitoring",
+            "metrics.grafanaDashboard.annotations.grafana_folder=Sandboxes",
+        )
+    )
+    (alerts,) = docs_of((MONITORING / "alerts.yaml").read_text())
+    rule = on["PrometheusRule", SA]
+    assert rule["spec"] == alerts["spec"]
+    assert rule["metadata"]["namespace"] == SYSTEM_NS
+    board = on["ConfigMap", "agent-sandbox-controller-dashboard"]
+    assert board["metadata"]["namespace"] == "monitoring"
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert board["metadata"]["annotations"] == {"grafana_folder": "Sandboxes"}
+    (text,) = board["data"].values()
+    assert json.loads(text) == json.loads((MONITORING / "grafana-dashboard.json").read_text())
+
+
+def test_the_aggregation_into_the_builtin_roles_is_opt_in_as_in_kustomize(home: Path) -> None:
+    """No agent-sandbox-edit/-view by default (upstream ships none); with
+    rbac.aggregateToDefaultRoles they are the opt-in kustomize component's."""
+    names = {"agent-sandbox-edit", "agent-sandbox-view"}
+    assert not names & {k[1] for k in by_key(render(home))}
+    assert not names & {k[1] for k in by_key(kustomize_docs())}
+    on = by_key(render(home, "rbac.aggregateToDefaultRoles=true"))
+    component = by_key(docs_of((AGGREGATE_ROLES_COMPONENT / "aggregate-roles.yaml").read_text()))
+    assert set(component) == {("ClusterRole", n) for n in names}
+    for key, obj in component.items():
+        assert rbac_view(on[key]) == rbac_view(obj), key
+
+
+def test_make_chart_packages_it_with_the_version_and_image_given(
+    home: Path, tmp_path: Path
+) -> None:
+    """`make chart VERSION=<v> IMAGE=<repo> DIST=<dir>` writes <dir>/agent-sandbox-<v>.tgz: the
+    chart's version and appVersion are <v> (a SemVer pre-release taken as is), its default image
+    <repo>:<v>; without VERSION the version is pyproject.toml's."""
+    image = "registry.example.com/team/agent-sandbox-controller"
+    run = ["make", "--no-print-directory", "-C", str(ROOT), "chart", f"DIST={tmp_path}"]
+    subprocess.run([*run, "VERSION=1.2.3-rc.1", f"IMAGE={image}"], check=True, capture_output=True)
+    tgz = tmp_path / "agent-sandbox-1.2.3-rc.1.tgz"
+    docs = docs_of(
+        helm("template", RELEASE, str(tgz), "--kube-version", KUBE_VERSION, home=home).stdout
+    )
+    assert container(docs)["image"] == f"{image}:1.2.3-rc.1"
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    assert deployment["metadata"]["labels"]["helm.sh/chart"] == "agent-sandbox-1.2.3-rc.1"
+    subprocess.run(run, check=True, capture_output=True)
+    project = next(
+        line.split('"')[1]
+        for line in (ROOT / "pyproject.toml").read_text().splitlines()
+        if line.startswith("version = ")
+    )
+    assert (tmp_path / f"agent-sandbox-{project}.tgz").is_file()
 
 
 # ------------------------------------------------------------------------------ a real API server
 def previous_chart(into: Path) -> Path:
     """Chart version 0.1.0: this chart with the SandboxWarmPool CRD from before commit bf2bc15."""
-    dst = into / "agent-sandbox-controller"
-    shutil.copytree(CHART, dst, symlinks=False)  # files/crds (a link to deploy/crds) is copied
+    dst = into / "agent-sandbox"
+    shutil.copytree(CHART, dst)
     shutil.copy(PREVIOUS / WARMPOOL_CRD, dst / "files" / "crds" / WARMPOOL_CRD)
     chart = yaml.safe_load((dst / "Chart.yaml").read_text())
     chart["version"] = "0.1.0"
@@ -429,11 +729,11 @@ def create_pool_without_replicas(
 
 @pytest.fixture(scope="module")
 def helm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    """A private control plane with no CRDs, and the namespace of deploy/namespace.yaml."""
+    """A private control plane with no CRDs and no agent-sandbox-system namespace (the chart
+    makes both)."""
     cl = DevCluster(tmp_path_factory.mktemp("helm") / "cluster", nodes=1, bin_dir=find_bin_dir())
     cl.start()
     try:
-        cl.kubectl("apply", "-f", str(DEPLOY / "namespace.yaml"))
         yield cl
     finally:
         cl.stop(keep_logs=False)
@@ -445,7 +745,7 @@ def upgraded(
 ) -> dict[str, Any]:
     """`helm install` of chart 0.1.0, then `helm upgrade` to this one; what was seen between."""
     cl = helm_cluster
-    kube = ["--kubeconfig", str(cl.kubeconfig), "--namespace", SYSTEM_NS]
+    kube = ["--kubeconfig", str(cl.kubeconfig), "--namespace", RELEASE_NS]
     old = previous_chart(tmp_path_factory.mktemp("previous"))
     helm("install", RELEASE, str(old), *kube, home=home)
     seen: dict[str, Any] = {"before": warmpool_schema(cl)}
@@ -461,12 +761,13 @@ def upgraded(
 
 
 def server_dry_run(cluster: DevCluster, text: str, *how: str) -> subprocess.CompletedProcess[str]:
-    """``kubectl <how>`` of ``text`` with ``--dry-run=server`` (server-side apply by default)."""
+    """``kubectl <how>`` of ``text`` with ``--dry-run=server`` (server-side apply by default,
+    taking the fields of the installed release: a dry run changes nothing)."""
     return subprocess.run(
         [
             str(cluster.kubectl_path),
             f"--kubeconfig={cluster.kubeconfig}",
-            *(how or ("apply", "--server-side")),
+            *(how or ("apply", "--server-side", "--force-conflicts")),
             "--dry-run=server",
             "-f",
             "-",
@@ -479,8 +780,9 @@ def server_dry_run(cluster: DevCluster, text: str, *how: str) -> subprocess.Comp
 
 
 def test_the_server_accepts_the_rendered_chart_in_a_dry_run(
-    helm_cluster: DevCluster, home: Path
+    helm_cluster: DevCluster, upgraded: dict[str, Any], home: Path
 ) -> None:
+    """After the install (the chart made the Namespace, which a dry run cannot)."""
     dry = server_dry_run(helm_cluster, rendered_text(home))
     assert dry.returncode == 0, dry.stderr
     for what in (
@@ -496,7 +798,7 @@ def test_the_server_accepts_the_rendered_chart_in_a_dry_run(
 
 
 def test_the_server_accepts_the_network_policy_the_budget_and_the_priority_class(
-    helm_cluster: DevCluster, home: Path
+    helm_cluster: DevCluster, upgraded: dict[str, Any], home: Path
 ) -> None:
     """Security review note 14: with the hardening values on (NetworkPolicy with restricted
     sources, an API server CIDR and DNS; two replicas, so a PodDisruptionBudget;
@@ -508,7 +810,7 @@ def test_the_server_accepts_the_network_policy_the_budget_and_the_priority_class
         "networkPolicy.ingress.from[0].namespaceSelector.matchLabels.team=monitoring",
         "networkPolicy.egress.apiServer.cidrs[0]=10.0.0.0/24",
         "networkPolicy.egress.dns=true",
-        "replicas=2",
+        "replicaCount=2",
         "priorityClassName=system-cluster-critical",
     )
     dry = server_dry_run(helm_cluster, rendered_text(home, *values))
@@ -550,8 +852,8 @@ def test_helm_upgrade_from_the_previous_version_applies_the_crd_change(
     assert upgraded["accepted"].returncode == 0, upgraded["accepted"].stderr
     revisions = [(r["revision"], r["chart"], r["status"]) for r in upgraded["history"]]
     assert revisions == [
-        (1, "agent-sandbox-controller-0.1.0", "superseded"),
-        (2, "agent-sandbox-controller-0.3.0", "deployed"),
+        (1, "agent-sandbox-0.1.0", "superseded"),
+        (2, f"agent-sandbox-{CHART_VERSION}", "deployed"),
     ]
 
 
@@ -587,7 +889,7 @@ def test_helm_uninstall_keeps_the_crds(
 ) -> None:
     """Runs last: the release goes, the CRDs (helm.sh/resource-policy: keep) and so the
     SandboxWarmPool made after the upgrade stay."""
-    kube = ["--kubeconfig", str(helm_cluster.kubeconfig), "--namespace", SYSTEM_NS]
+    kube = ["--kubeconfig", str(helm_cluster.kubeconfig), "--namespace", RELEASE_NS]
     helm("uninstall", RELEASE, *kube, "--wait", home=home)
     crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
     names = {c["metadata"]["name"] for c in helm_cluster.api("GET", crds)["items"]}
@@ -612,7 +914,7 @@ def test_helm_takes_over_a_kustomize_install(
 ) -> None:
     """Runs after the uninstall: `kubectl apply -k deploy/`, then `helm install --take-ownership`
     adopts those objects in place (same names and selector), as docs/operations.md says."""
-    kube = ["--kubeconfig", str(helm_cluster.kubeconfig), "--namespace", SYSTEM_NS]
+    kube = ["--kubeconfig", str(helm_cluster.kubeconfig), "--namespace", RELEASE_NS]
     helm_cluster.kubectl("apply", "-k", str(DEPLOY))
     helm("install", RELEASE, str(CHART), *kube, "--take-ownership", home=home)
     deployment = helm_cluster.api(
@@ -624,5 +926,7 @@ def test_helm_takes_over_a_kustomize_install(
         "GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/agent-sandbox-controller"
     )
     assert role["metadata"]["annotations"]["meta.helm.sh/release-name"] == RELEASE
+    # the kustomize Deployment's selector (immutable) is kept: the chart looked it up
+    assert deployment["spec"]["selector"] == {"matchLabels": {"app": SA}}
     status = yaml.safe_load(helm("status", RELEASE, *kube, "-o", "yaml", home=home).stdout)
     assert status["info"]["status"] == "deployed"

@@ -118,7 +118,7 @@ def _default(fn: Any, name: str) -> float:
             ]["spec"]["terminationGracePeriodSeconds"],
         ),
         (
-            "deploy/helm/agent-sandbox-controller/values.yaml",
+            "deploy/helm/agent-sandbox/values.yaml",
             lambda docs: docs[0]["terminationGracePeriodSeconds"],
         ),
     ],

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
-VALUES = ROOT / "deploy" / "helm" / "agent-sandbox-controller" / "values.yaml"
+VALUES = ROOT / "deploy" / "helm" / "agent-sandbox" / "values.yaml"
 
 
 def help_flags() -> dict[str, tuple[str, str, str]]:
@@ -70,7 +70,7 @@ def test_the_readme_flags_table_is_the_help_output() -> None:
     for name, (kind, default, desc) in sorted(flags.items()):
         if name not in rows:
             camel = re.sub(r"-(\w)", lambda m: m[1].upper(), name)
-            wrong.append(row_for(name, kind, default, desc, f"`flags.{camel}`"))
+            wrong.append(row_for(name, kind, default, desc, f"`controller.{camel}`"))
             continue
         _, r_kind, r_default, helm, r_desc = rows[name]
         if (r_kind, r_default.strip("`"), r_desc) != (kind, default, desc):
@@ -79,8 +79,7 @@ def test_the_readme_flags_table_is_the_help_output() -> None:
     assert not wrong and not extra, (
         "docs/flags.md's flags table is not `agent-sandbox-controller --help`; "
         f"rows without a flag: {extra}; rows to put in (a new flag also needs a Helm value in "
-        "deploy/helm/agent-sandbox-controller/values.yaml and values.schema.json):\n"
-        + "\n".join(wrong)
+        "deploy/helm/agent-sandbox/values.yaml and values.schema.json):\n" + "\n".join(wrong)
     )
 
 
