@@ -272,7 +272,7 @@ def _lat(seconds: float) -> str:
 
 def sim_table(name: str, goal: bool = True) -> Callable[[Path], str]:
     """The full table of one simulator run; ``goal``: its comparisons are judged against the
-    goal (the steady sanity check and the horizon comparisons are not)."""
+    goal (the steady sanity check is not)."""
 
     def render(results: Path) -> str:
         r = load(results, f"sim-{name}")
@@ -421,6 +421,58 @@ def sim_local_latency(results: Path) -> str:
     )
 
 
+def autoscale_set(name: str) -> Callable[[Path], str]:
+    """Every row of one scenario set of ``bench/autoscale/evaluate.py`` (both refill
+    distributions), judged by the goal rule its JSON records."""
+
+    def render(results: Path) -> str:
+        r = load(results, f"autoscale-{name}")
+        if r is None:
+            return not_measured(
+                f"autoscale-{name}",
+                f"python bench/autoscale/evaluate.py --set {name} --out build/autoscale-eval",
+            )
+        lines = [
+            f"`python bench/autoscale/evaluate.py --set {name}` (commit `{r['commit'][:7]}`, "
+            f"{r['machine']['cpus']} CPUs, Python {r['machine']['python']}, "
+            f"{r['elapsed_s'] / 60:.1f} min with {r['jobs']} jobs): goal met in **{r['met']} of "
+            f"{r['judged']}** judged runs.",
+            "",
+            "| scenario | refill | warm | idle sandbox-s: autoscaled / smallest static "
+            "reaching the target | ratio (allowed) | deleted before Ready | goal |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for e in r["results"]:
+            auto = e["autoscaled"]
+            g = e["goal"]
+            if e["static"] is None:
+                growth = (e.get("pool_after_warmup") or {}).get("growth")
+                lines.append(
+                    f"| {e['scenario']} | {e['latency']} | {_pct(auto['warm_share'])} "
+                    f"| {_num(auto['idle_sandbox_seconds'])} / no static pool reaches it "
+                    f"| — | {auto['deletes_before_ready']} "
+                    f"| own goal: growth after the warm-up {growth} |"
+                )
+                continue
+            verdict = "met" if g["met"] else "**missed**"
+            why = []
+            if not g["warm_ok"]:
+                why.append("warm")
+            if not g["idle_ok"]:
+                why.append("idle")
+            lines.append(
+                f"| {e['scenario']} | {e['latency']} | {_pct(auto['warm_share'])} "
+                f"| {_num(auto['idle_sandbox_seconds'])} / "
+                f"{_num(e['static']['idle_sandbox_seconds'])} (static {e['static_size']}) "
+                f"| {e['idle_ratio']:.2f} ({g['allowance']:.2f}) "
+                f"| {auto['deletes_before_ready']} "
+                f"| {verdict}{' (' + ', '.join(why) + ')' if why else ''} |"
+            )
+        return "\n".join(lines)
+
+    return render
+
+
 # --------------------------------------------------------------------------- the blocks
 @dataclass(frozen=True)
 class Block:
@@ -448,9 +500,13 @@ BLOCKS: dict[str, Block] = {
     },
     **{
         f"sim-{name}": Block("autoscaling.md", sim_table(name, goal=False), (f"sim-{name}",))
-        for name in ("steady", "diurnal-horizon-local", "diurnal-horizon-lognormal")
+        for name in ("steady",)
     },
     "autoscale-real": Block("autoscaling.md", autoscale_real_block, ("autoscale_real",)),
+    "autoscale-evaluation": Block(
+        "autoscaling.md", autoscale_set("evaluation"), ("autoscale-evaluation",)
+    ),
+    "autoscale-tuning": Block("autoscaling.md", autoscale_set("tuning"), ("autoscale-tuning",)),
 }
 
 

@@ -32,27 +32,6 @@ RUNS: dict[str, tuple[str, ...]] = {
     "diurnal": ("--trace", "diurnal"),
     "burst-instant": ("--trace", "burst-instant"),
     "steady": ("--trace", "steady", "--rate", "2", "--hours", "2"),
-    # the opt-in horizon against the static sizes the searches above find on the diurnal trace
-    "diurnal-horizon-local": (
-        "--trace",
-        "diurnal",
-        "--latency",
-        "local",
-        "--warm-share-horizon",
-        "86400",
-        "--static",
-        "5",
-    ),
-    "diurnal-horizon-lognormal": (
-        "--trace",
-        "diurnal",
-        "--latency",
-        "lognormal",
-        "--warm-share-horizon",
-        "86400",
-        "--static",
-        "471",
-    ),
 }
 
 

@@ -94,3 +94,17 @@ def test_the_pool_churn_alert_fires_when_deletes_before_ready_are_a_large_share_
     assert re.search(r"\)\s*>\s*0\.\d+\b", expr), "the threshold share"
     assert re.search(r"\[15m\]\)\s*\)\s*>=\s*\d+", expr), "a minimum number of creates"
     assert "{{ $labels.pool }}" in rule["annotations"]["summary"]
+
+
+def test_the_autoscaler_stalled_alert_fires_per_autoscaler_while_its_breaker_is_tripped() -> None:
+    """Issue: a tripped circuit breaker (the pool's members never become Ready) alerts, per
+    autoscaler, from the decisions counted under the breaker's reasons."""
+    rule = alerts()["AgentSandboxWarmPoolAutoscalerStalled"]
+    expr = " ".join(rule["expr"].split())
+    assert rule["for"] == "5m"
+    assert "agent_sandbox_warmpool_autoscaler_decisions_total" in expr
+    assert 'reason=~"MembersNeverReady|PoolNotReady"' in expr
+    assert "by (namespace, autoscaler)" in expr
+    assert re.search(r"\)\s*>\s*0\b", expr)
+    assert "{{ $labels.autoscaler }}" in rule["annotations"]["summary"]
+

@@ -108,8 +108,7 @@ class ArrivalBins:
         for part in parts:
             for j, c in enumerate(part.claims):
                 i = out._slot(part.first + j, extend=True)
-                if i is None:
-                    continue
+                assert i is not None  # extend: never older than what is kept
                 out.claims[i] += c
                 out.squares[i] += part.squares[j]
                 out.largest[i] = max(out.largest[i], part.largest[j])
