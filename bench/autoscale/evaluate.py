@@ -114,12 +114,22 @@ def shortened(s: Scenario, trace: TraceSpec, hours: float) -> tuple[Scenario, Tr
     )
 
 
+def _shown(path: Path) -> Path:
+    """``path`` relative to the repository when it is inside it (the recorded commands name no
+    machine's directories; they run from the repository's root)."""
+    try:
+        return path.resolve().relative_to(ROOT)
+    except ValueError:
+        return path
+
+
 def run_one(
     s: Scenario, trace: TraceSpec, csv: Path, latency: str, out: Path, smoke_hours: float | None
 ) -> dict[str, Any]:
     if smoke_hours is not None:
         s, trace = shortened(s, trace, smoke_hours)
     argv = sim_argv(s, trace, csv, latency, out / "sim" / s.name)
+    shown = sim_argv(s, trace, _shown(csv), latency, _shown(out / "sim" / s.name))
     started = time.perf_counter()
     log = io.StringIO()
     with contextlib.redirect_stderr(log):
@@ -135,7 +145,7 @@ def run_one(
         "events": {"restart_at": list(s.restart_at), "skew": s.skew, "never_ready": s.never_ready},
         "policy": {"min_replicas": s.min_replicas, "target": s.target},
         "warmup_s": warmup,
-        "command": "python -m agentsandbox.sim " + shlex.join(argv),
+        "command": "python -m agentsandbox.sim " + shlex.join(shown),
         "autoscaled": _figures(auto),
         "static_size": cmp.static_size,
         "static": _figures(static) if static is not None else None,
@@ -204,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         "scaled to it); the numbers mean nothing",
     )
     args = p.parse_args(argv)
+    argv_shown = sys.argv[1:] if argv is None else argv
     out = args.out.resolve()
     if out == HERE.parent or HERE.parent in out.parents:
         p.error(f"{args.out}: the results of a run are not committed; write them under build/")
@@ -237,11 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     order = {(s.name, lat): i for i, s in enumerate(chosen) for lat in ("local", "lognormal")}
     entries.sort(key=lambda e: order[(e["scenario"], e["latency"].split()[0])])
     judged = [e for e in entries if e["goal"]["met"] is not None]
+    head = commit()
     report = {
         "set": args.which,
         "smoke_hours": args.smoke_hours,
-        "commit": commit(),
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "command": "python bench/autoscale/evaluate.py " + shlex.join(argv_shown),
+        "commit": head,
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "commit": head},
         "jobs": args.jobs,
         "elapsed_s": time.perf_counter() - started,
         "goal": {
