@@ -107,4 +107,3 @@ def test_the_autoscaler_stalled_alert_fires_per_autoscaler_while_its_breaker_is_
     assert "by (namespace, autoscaler)" in expr
     assert re.search(r"\)\s*>\s*0\b", expr)
     assert "{{ $labels.autoscaler }}" in rule["annotations"]["summary"]
-
