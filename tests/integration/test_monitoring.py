@@ -187,6 +187,37 @@ def scraped(cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Sa
             log,
             claim_annotations={ANNOTATION_CLIENT_FIRST_REQUESTED_AT: requested},
         )
+        # an autoscaler of the pool: its decisions are counted (the autoscaler's families, which
+        # the alerts query, exist only once one decides); with no refill measured by this
+        # process it keeps the pool's size, and stands back when the patch below changes it
+        cluster.api(
+            "POST",
+            f"/apis/autoscaling.agentsandbox.dev/v1alpha1/namespaces/{ns}/sandboxwarmpoolautoscalers",
+            {
+                "apiVersion": "autoscaling.agentsandbox.dev/v1alpha1",
+                "kind": "SandboxWarmPoolAutoscaler",
+                "metadata": {"name": "auto"},
+                "spec": {
+                    "scaleTargetRef": {
+                        "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                        "kind": "SandboxWarmPool",
+                        "name": "pool",
+                    },
+                    "minReplicas": 0,
+                    "maxReplicas": 5,
+                    "targetWarmShare": 0.99,
+                },
+            },
+        )
+        autoscaler = (
+            f"/apis/autoscaling.agentsandbox.dev/v1alpha1/namespaces/{ns}"
+            "/sandboxwarmpoolautoscalers/auto"
+        )
+        eventually_sync(  # its first decision made (the size it owns), before the patch below
+            lambda: "desiredReplicas" in (cluster.api("GET", autoscaler).get("status") or {}),
+            within=30.0,
+            what="the autoscaler's first decision",
+        )
         # scale the pool to 0: its sandbox is deleted (agent_sandbox_warmpool_sandbox_deletes_total)
         cluster.kubectl(
             "patch", "-n", ns, "sandboxwarmpools.extensions.agents.x-k8s.io/pool",
@@ -199,13 +230,16 @@ def scraped(cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Sa
             what="pool scaled to 0",
         )
 
-        def scrape() -> str | None:  # once the delete is counted
+        def scrape() -> str | None:  # once the delete and a decision are counted
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
                 text = r.read().decode()
             counted = re.search(r"^agent_sandbox_warmpool_sandbox_deletes_total\{", text, re.M)
-            return text if counted else None
+            decided = re.search(r"^agent_sandbox_warmpool_autoscaler_decisions_total\{", text, re.M)
+            return text if counted and decided else None
 
-        text = eventually_sync(scrape, within=10, what="the sandbox's delete counted in /metrics")
+        text = eventually_sync(
+            scrape, within=15, what="the sandbox's delete and a decision counted in /metrics"
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
