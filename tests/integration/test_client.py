@@ -34,6 +34,7 @@ from agentsandbox.kube.errors import (
     Gone,
     Invalid,
     NotFound,
+    TooManyRequests,
     Unauthorized,
 )
 from agentsandbox.kube.resources import (
@@ -523,13 +524,24 @@ async def test_watch_from_a_too_old_resource_version_raises_gone(
     # refused: the server sends an ERROR event, code 410, "too old resource version".
     # (Only RV "1" is asked for: "the list's RV - 1" is too old only while nothing else in the
     # cluster wrote since the CRD's cache started, which a busy test session does not promise.)
+    # A new CRD's watch cache may still be starting: the server answers 429 "storage is
+    # (re)initializing" for a few seconds; ask again (at most 30 s) until it answers the watch.
     listed = await client.list(widgets, ns)
     for rv in ("1",):
-        with pytest.raises(Gone) as info:
-            async with client.watch(widgets, ns, resource_version=rv, timeout_seconds=30) as s:
-                async for _event in s:
-                    pass
-        err = info.value
+        for _attempt in range(60):
+            try:
+                async with client.watch(widgets, ns, resource_version=rv, timeout_seconds=30) as s:
+                    async for _event in s:
+                        pass
+            except TooManyRequests:
+                await asyncio.sleep(0.5)
+                continue
+            except Gone as gone:
+                err = gone
+                break
+            pytest.fail(f"a watch from resourceVersion {rv} ended without 410 Gone")
+        else:
+            pytest.fail("the CRD's watch cache stayed (re)initializing for 30 s")
         assert err.status == 410
         assert err.reason in ("Expired", "Gone")
         assert f"too old resource version: {rv}" in err.message
