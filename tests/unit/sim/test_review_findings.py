@@ -4,24 +4,13 @@ failed with the design that had a burst/base split."""
 
 from __future__ import annotations
 
-import random
-
 from agentsandbox.controllers.autoscaler.plan import Policy, servers_for
 from agentsandbox.sim import latency, traces
 from agentsandbox.sim.engine import Config, Result, simulate
+from tests.unit.arrivals import poisson
 
 SLOW = latency.lognormal(90.0, 0.3)
 POLICY = Policy(min_replicas=1, max_replicas=2000, target_warm_share=0.99)
-
-
-def poisson(rate: float, start: float, end: float, seed: int) -> list[float]:
-    rng = random.Random(seed)
-    out, t = [], start
-    while True:
-        t += rng.expovariate(rate)
-        if t >= end:
-            return out
-        out.append(t)
 
 
 def run(

@@ -27,6 +27,7 @@ from agentsandbox.controllers.autoscaler.plan import (
     erlang_b,
     servers_for,
 )
+from tests.unit.arrivals import poisson
 
 POLICY = Policy(
     min_replicas=1,
@@ -172,16 +173,6 @@ def test_refill_time_is_remembered_when_samples_run_out() -> None:
 
 
 UNLIMITED = POLICY
-
-
-def poisson(rate: float, start: float, end: float, seed: int) -> list[float]:
-    rng = random.Random(seed)
-    out, t = [], start
-    while True:
-        t += rng.expovariate(rate)
-        if t >= end:
-            return out
-        out.append(t)
 
 
 def run(
