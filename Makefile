@@ -188,7 +188,8 @@ RELEASE_CHECK_VERSIONS ?= $(VERSION) $(if $(findstring -,$(VERSION)),,$(VERSION)
 release-check: venv
 	rm -rf build/release-check
 	@rebuild=--rebuild-image; for v in $(RELEASE_CHECK_VERSIONS); do \
-	  $(MAKE) --no-print-directory release VERSION=$$v DIST=build/release-check/$$v || exit 1; \
+	  $(MAKE) --no-print-directory release VERSION=$$v DIST=build/release-check/$$v \
+	    IMAGE_WORK=build/release-check/work-$$v || exit 1; \
 	  $(PY) hack/release_check.py --dist build/release-check/$$v --version $$v $$rebuild || exit 1; \
 	  rebuild=; \
 	done
@@ -204,12 +205,14 @@ IMAGE_OCI := $(DIST)/agent-sandbox-controller-$(IMAGE_VERSION)-oci.tar
 IMAGE_INPUTS := pyproject.toml README.md $(wildcard hack/image/*.py hack/image/*.lock) \
 	$(shell find src -type f -not -name '*.pyc')
 IMAGE_REPORT ?=
+# the build's work directory (root filesystem, layer, report); release-check uses its own
+IMAGE_WORK ?= build/image
 $(IMAGE_OCI): $(IMAGE_INPUTS) | $(STAMP)
-	VERSION=$(IMAGE_VERSION) $(PY) hack/image/build.py --dist $(DIST) --digest-copy build/image/digest-$(IMAGE_VERSION) >/dev/null
+	VERSION=$(IMAGE_VERSION) $(PY) hack/image/build.py --dist $(DIST) --work $(IMAGE_WORK) --digest-copy $(IMAGE_WORK)/digest-$(IMAGE_VERSION) >/dev/null
 
 image: $(IMAGE_OCI)
-	@cp build/image/digest-$(IMAGE_VERSION) $(DIST)/image.digest
-	$(if $(IMAGE_REPORT),cp build/image/report.json $(IMAGE_REPORT))
+	@cp $(IMAGE_WORK)/digest-$(IMAGE_VERSION) $(DIST)/image.digest
+	$(if $(IMAGE_REPORT),cp $(IMAGE_WORK)/report.json $(IMAGE_REPORT))
 	@echo "$(IMAGE_OCI) $$(cat $(DIST)/image.digest)"
 
 # As root: the image's root filesystem, unpacked from the archive, runs the controller under
