@@ -183,7 +183,8 @@ release: venv $(RELEASE_PARTS)
 # make release of $(VERSION) and, unless it is one, of its pre-release -rc.1, each into
 # build/release-check/<version>/, verified by hack/release_check.py (sums, the image pinned by the
 # archive's digest, chart and wheel versions, RELEASE.md); the first image is built twice, to
-# compare digests. dist/ is not touched.
+# compare digests, and pushed with crane (hack/crane/build.sh) to a registry on 127.0.0.1, where
+# install.yaml's pinned reference must resolve (tests/release/). dist/ is not touched.
 RELEASE_CHECK_VERSIONS ?= $(VERSION) $(if $(findstring -,$(VERSION)),,$(VERSION)-rc.1)
 release-check: venv
 	rm -rf build/release-check
@@ -193,6 +194,8 @@ release-check: venv
 	  $(PY) hack/release_check.py --dist build/release-check/$$v --version $$v $$rebuild || exit 1; \
 	  rebuild=; \
 	done
+	CRANE=$$(hack/crane/build.sh | tail -n 1) RELEASE_DIST=build/release-check/$(firstword $(RELEASE_CHECK_VERSIONS)) \
+	  VERSION=$(firstword $(RELEASE_CHECK_VERSIONS)) $(PYTEST) tests/release
 
 # The controller's image without a container engine (hack/image/build.py): Debian bookworm packages
 # of hack/image/debs.lock (apt-get download) and the wheels of hack/image/runtime.lock, cached under
