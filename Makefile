@@ -14,20 +14,21 @@ SDK046_STAMP := $(SDK046_VENV)/.installed
 SDK108_STAMP := $(SDK108_VENV)/.installed
 SDK_STAMPS := $(SDK046_STAMP) $(SDK108_STAMP)
 
-.PHONY: help venv sdk-venvs controlplane conformance-build conformance cluster cluster-down test test-unit test-integration test-slow test-faults demo bench bench-runtime traces autoscale-eval lint fmt clean image image-check chart
+.PHONY: help venv sdk-venvs controlplane conformance-build conformance cluster cluster-down test test-unit test-integration test-slow test-faults demo bench bench-runtime traces autoscale-eval lint fmt clean image image-check chart release-check
 
 help:
 	@echo "make demo          set everything up, start the local control plane and show the controller at work"
 	@echo "make test          the test suite: unit + integration (a real local control plane) + one fault test"
 	@echo "make test-faults   the whole fault suite (kills, restarts, network faults)"
 	@echo "make conformance   upstream v1.0.1's own e2e tests (hack/conformance/required.txt) against our controller"
-	@echo ".ci/run            everything CI runs: make lint, make test, make test-faults, make conformance"
+	@echo ".ci/run            everything CI runs: make lint, make test, make test-faults, make conformance, make release-check"
 	@echo "make cluster       start the local control plane in the background (.cluster/kubeconfig)"
 	@echo "make cluster-down  stop it"
 	@echo "make lint          ruff + mypy"
 	@echo "make image         the controller's OCI image, no container engine (dist/*-oci.tar, dist/image.digest)"
 	@echo "make image-check   the image's root filesystem runs the controller (chroot, as root)"
 	@echo "make chart         dist/agent-sandbox-<version>.tgz (VERSION= and IMAGE= override version and image)"
+	@echo "make release-check make release of this version and of a pre-release, each verified (hack/release_check.py)"
 	@echo "make autoscale-eval the autoscaler's held-out scenarios in the simulator (SET=tuning: the tuning set)"
 
 # requirements-dev.lock: the runtime dependencies, the [tracing] extra and the dev dependency
@@ -169,13 +170,32 @@ autoscale-eval: traces
 # Two runs give the same bytes (SOURCE_DATE_EPOCH: the last commit's time).
 VERSION ?= $(shell $(PYTHON) hack/semver.py)
 IMAGE ?=
+# where release, image and chart write (release-check sets it per version)
+DIST ?= dist
 # The image and chart targets plug in here: each writes its artifact into dist/ (the image also
 # dist/image.digest, "sha256:<hex>", which install.yaml then pins) before hack/release.py writes
 # the Python distributions, install.yaml and RELEASE.md and sums all of dist/ into SHA256SUMS.
 RELEASE_PARTS := chart image
 .PHONY: release
 release: venv $(RELEASE_PARTS)
-	$(PY) hack/release.py --version "$(VERSION)" $(if $(IMAGE),--image "$(IMAGE)")
+	$(PY) hack/release.py --dist "$(DIST)" --version "$(VERSION)" $(if $(IMAGE),--image "$(IMAGE)")
+
+# make release of $(VERSION) and, unless it is one, of its pre-release -rc.1, each into
+# build/release-check/<version>/, verified by hack/release_check.py (sums, the image pinned by the
+# archive's digest, chart and wheel versions, RELEASE.md); the first image is built twice, to
+# compare digests, and pushed with crane (hack/crane/build.sh) to a registry on 127.0.0.1, where
+# install.yaml's pinned reference must resolve (tests/release/). dist/ is not touched.
+RELEASE_CHECK_VERSIONS ?= $(VERSION) $(if $(findstring -,$(VERSION)),,$(VERSION)-rc.1)
+release-check: venv
+	rm -rf build/release-check
+	@rebuild=--rebuild-image; for v in $(RELEASE_CHECK_VERSIONS); do \
+	  $(MAKE) --no-print-directory release VERSION=$$v DIST=build/release-check/$$v \
+	    IMAGE_WORK=build/release-check/work-$$v || exit 1; \
+	  $(PY) hack/release_check.py --dist build/release-check/$$v --version $$v $$rebuild || exit 1; \
+	  rebuild=; \
+	done
+	CRANE=$$(hack/crane/build.sh | tail -n 1) RELEASE_DIST=build/release-check/$(firstword $(RELEASE_CHECK_VERSIONS)) \
+	  VERSION=$(firstword $(RELEASE_CHECK_VERSIONS)) $(PYTEST) tests/release
 
 # The controller's image without a container engine (hack/image/build.py): Debian bookworm packages
 # of hack/image/debs.lock (apt-get download) and the wheels of hack/image/runtime.lock, cached under
@@ -184,17 +204,19 @@ release: venv $(RELEASE_PARTS)
 # The version is pyproject.toml's; VERSION= overrides it. Rebuilt only when an input changed.
 # IMAGE_REPORT=bench/results/image.json rewrites the committed size report.
 IMAGE_VERSION := $(or $(VERSION),$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml))
-IMAGE_OCI := dist/agent-sandbox-controller-$(IMAGE_VERSION)-oci.tar
+IMAGE_OCI := $(DIST)/agent-sandbox-controller-$(IMAGE_VERSION)-oci.tar
 IMAGE_INPUTS := pyproject.toml README.md $(wildcard hack/image/*.py hack/image/*.lock) \
 	$(shell find src -type f -not -name '*.pyc')
 IMAGE_REPORT ?=
+# the build's work directory (root filesystem, layer, report); release-check uses its own
+IMAGE_WORK ?= build/image
 $(IMAGE_OCI): $(IMAGE_INPUTS) | $(STAMP)
-	VERSION=$(IMAGE_VERSION) $(PY) hack/image/build.py --digest-copy build/image/digest-$(IMAGE_VERSION) >/dev/null
+	VERSION=$(IMAGE_VERSION) $(PY) hack/image/build.py --dist $(DIST) --work $(IMAGE_WORK) --digest-copy $(IMAGE_WORK)/digest-$(IMAGE_VERSION) >/dev/null
 
 image: $(IMAGE_OCI)
-	@cp build/image/digest-$(IMAGE_VERSION) dist/image.digest
-	$(if $(IMAGE_REPORT),cp build/image/report.json $(IMAGE_REPORT))
-	@echo "$(IMAGE_OCI) $$(cat dist/image.digest)"
+	@cp $(IMAGE_WORK)/digest-$(IMAGE_VERSION) $(DIST)/image.digest
+	$(if $(IMAGE_REPORT),cp $(IMAGE_WORK)/report.json $(IMAGE_REPORT))
+	@echo "$(IMAGE_OCI) $$(cat $(DIST)/image.digest)"
 
 # As root: the image's root filesystem, unpacked from the archive, runs the controller under
 # chroot as UID 65532, read-only, against a private local control plane; a second build from the
@@ -205,8 +227,6 @@ image-check: image controlplane
 # ruff on every Python file of the repository (src, tests, bench, hack, and any to come), mypy --strict
 # The Helm chart, packaged: version and appVersion from pyproject.toml unless VERSION= is given;
 # IMAGE= sets the image repository in its values.yaml.
-IMAGE ?=
-DIST ?= dist
 chart:
 	@hack/package_chart.sh "$(VERSION)" "$(IMAGE)" "$(DIST)"
 

@@ -6,7 +6,8 @@ its header. The config, the manifest and index.json are JSON with sorted keys an
 the same directory gives the same digests, byte for byte (tests/unit/project/test_oci_image.py).
 
 The layout archive holds ``oci-layout``, ``index.json`` and ``blobs/sha256/<digest>``, itself a
-tar written the same way; crane, skopeo and oras push it as it is (``oci-archive:`` for skopeo).
+tar written the same way; skopeo pushes it as it is (``oci-archive:``), crane once unpacked into
+a directory (it reads a file as a docker tarball; tests/release/).
 
 Used by hack/image/build.py; nothing here needs root.
 """
