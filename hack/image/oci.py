@@ -7,7 +7,7 @@ the same directory gives the same digests, byte for byte (tests/unit/project/tes
 
 The layout archive holds ``oci-layout``, ``index.json`` and ``blobs/sha256/<digest>``, itself a
 tar written the same way; skopeo pushes it as it is (``oci-archive:``), crane once unpacked into
-a directory (it reads a file as a docker tarball; tests/release/).
+a directory (it reads a file as a docker tarball; tests/registry_push/).
 
 Used by hack/image/build.py; nothing here needs root.
 """
