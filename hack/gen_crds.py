@@ -998,6 +998,19 @@ def autoscaler() -> tuple[Schema, Schema]:
                         },
                         "The largest group of claims begun in each bin.",
                     ),
+                    "occupancy": _described(
+                        {
+                            "type": "array",
+                            "items": {
+                                "type": "array",
+                                "items": {"type": "integer", "format": "int64", "minimum": 0},
+                                "maxItems": 1024,
+                            },
+                            "maxItems": 4096,
+                        },
+                        "Per bin, pairs of (occupancy, claims): how many of the bin's claims found "
+                        "so many claims within one refill time up to them, themselves included.",
+                    ),
                 },
                 "The claim arrivals of the last rate window, kept across restarts.",
             ),

@@ -15,6 +15,7 @@ from agentsandbox.controllers.autoscaler.plan import (
     Policy,
     decide,
 )
+from agentsandbox.controllers.autoscaler.window import occupancy_bucket
 
 POLICY = Policy(min_replicas=1, max_replicas=100_000, target_warm_share=0.99)
 
@@ -29,6 +30,8 @@ def test_a_decision_is_cheap_at_1000_claims_per_second() -> None:
         bins._slot(k)
         bins.claims[-1] = 10_000
         bins.squares[-1] = 10_000
+        # the claims' occupancies (about 30 000 within a 30 s refill) across a few buckets
+        bins.occupancy[-1] = {occupancy_bucket(30_000 + 200 * j): 2_000 for j in range(-2, 3)}
     memory = Memory()
     obs = Observation(now, [], [30.0] * 500, 20_000, bins=bins)
     decide(obs, POLICY, memory)

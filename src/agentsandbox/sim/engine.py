@@ -66,6 +66,7 @@ from agentsandbox.controllers.autoscaler.plan import (
     Observation,
     Policy,
     decide,
+    occupancy_span,
 )
 from agentsandbox.controllers.warmpool import plan as warmpool_plan
 from agentsandbox.controllers.warmpool.plan import Settings, Snapshot
@@ -498,6 +499,10 @@ class Simulation:
             last_ready_age=t - self.last_ready if self.last_ready is not None else None,
         )
         d = decide(obs, self.policy, self.memory)
+        span = occupancy_span(self.policy, self.memory)
+        self.bins.span = span
+        if self.informed is not None:
+            self.informed.windows.set_span([self.informed.key], span)
         self.result.decisions += 1
         self.result.reasons[d.reason] = self.result.reasons.get(d.reason, 0) + 1
         if d.replicas != self.replicas:

@@ -63,6 +63,7 @@ class Informed:
         self.epoch = epoch
         self.namespace = namespace
         self.pool = pool
+        self.key = f"{namespace}/pool/{pool}"  # the pool's claims' key in the windows
         self.window = window
         self.skew = skew
         self.dwell = dwell
@@ -153,8 +154,7 @@ class Informed:
         the epoch); the first pass of a process seeds the memory with the current size."""
         self.t = t
         now = self._clock()
-        key = f"{self.namespace}/pool/{self.pool}"
-        bins = self.windows.bins_for([key])
+        bins = self.windows.bins_for([self.key])
         bins.first -= round(self.epoch / bins.width)  # the simulation's times, from the epoch
         obs = Observation(
             now=now - self.epoch,

@@ -80,6 +80,7 @@ from agentsandbox.controllers.autoscaler.plan import (
     Policy,
     Rules,
     decide,
+    occupancy_span,
 )
 from agentsandbox.controllers.autoscaler.rules import (
     EVENT_AMBIGUOUS_TARGET,
@@ -262,12 +263,18 @@ class AutoscalerReconciler:
             "their pool (warmPoolRef, or warmpool: <pool>) are counted once"
         )
 
-    def observe(self, namespace: str, pool_name: str, current: int) -> Observation:
+    def claim_keys_of(self, namespace: str, pool_name: str) -> list[str]:
+        """The windows' keys of a pool's claims: by pool, and by its template."""
         pool = self.pools.get(pool_name, namespace)
         keys = [f"{namespace}/pool/{pool_name}"]
         template = ((pool or {}).get("spec") or {}).get("sandboxTemplateRef") or {}
         if template.get("name"):
             keys.append(f"{namespace}/template/{template['name']}")
+        return keys
+
+    def observe(self, namespace: str, pool_name: str, current: int) -> Observation:
+        pool = self.pools.get(pool_name, namespace)
+        keys = self.claim_keys_of(namespace, pool_name)
         now = self.clock()
         # the circuit breaker's inputs: the pool's Ready condition, and its not-Ready members'
         # age (creationTimestamp is the API server's clock: a skew of seconds against a limit
@@ -409,7 +416,12 @@ class AutoscalerReconciler:
             )
             memory.plan.restore(kept, obs.now, scale.replicas)
         tripped = memory.plan.breaker_since
-        decision = decide(obs, policy_of(spec, self.settings), memory.plan)
+        policy = policy_of(spec, self.settings)
+        decision = decide(obs, policy, memory.plan)
+        self.windows.set_span(
+            self.claim_keys_of(req.namespace, str(ref.get("name"))),
+            occupancy_span(policy, memory.plan),
+        )
         record(req.namespace, req.name, decision, scale.replicas)
         if decision.stalled and memory.plan.breaker_since != tripped:
             # the circuit breaker tripped in this pass: one Warning per trip

@@ -19,6 +19,15 @@ has them:
   window over-states a burst shorter than the refill time, so the panic load is capped at the
   claims of the last refill time (``max(T, panic_window)`` seconds).
 
+**The occupancy floor.** A claim's *occupancy* is the number of claims within one refill time
+up to it (itself included): the slots a static pool would have busy as it comes. A static pool of
+``N`` serves warm the claims of occupancy at most ``N``, so the ``target`` quantile of the recent
+claims' occupancies (``occupancy_window``, stretched with the scale-down window) is the smallest
+static pool that would have met the target over them, whatever their shape: bursts shorter than
+any rate window, groups. Less what that quantile over-states for Poisson claims at the stable
+load (Erlang-B's size is below the Poisson quantile: a cold claim frees no slot), it floors the
+size. Counted per bin as the window sees claims (:class:`ArrivalBins`), kept in the status.
+
 **Grouped arrivals** (claims created together, as parallel rollouts do) raise the variance of the
 load at the same mean. Claims less than ``group_gap`` seconds apart form a group; the window keeps
 the claims and the sum of their groups' squared sizes per bin, so the **peakedness**
@@ -69,11 +78,14 @@ from agentsandbox.controllers.autoscaler.behavior import (
     Rules,
     limit,
 )
+from agentsandbox.controllers.autoscaler.feedback import steer_allowance
+from agentsandbox.controllers.autoscaler.policy import Policy
 from agentsandbox.controllers.autoscaler.queueing import (
     erlang_b,
     hayward_blocking,
     hayward_servers,
     percentile,
+    poisson_quantile,
     servers_for,
     slot_kappa,
 )
@@ -81,6 +93,7 @@ from agentsandbox.controllers.autoscaler.window import (
     MIN_EVIDENCE,
     ArrivalBins,
     group_floor,
+    occupancy_floor,
     significantly_above,
 )
 from agentsandbox.controllers.autoscaler.window import trend as trend_of
@@ -98,51 +111,6 @@ REASON_STEADY = "Steady"
 # the circuit breaker (not sizing reasons: ScalingActive=False)
 REASON_MEMBERS_NEVER_READY = "MembersNeverReady"
 REASON_POOL_NOT_READY = "PoolNotReady"
-
-
-@dataclass(frozen=True)
-class Policy:
-    min_replicas: int
-    max_replicas: int
-    target_warm_share: float  # e.g. 0.99: the share of claims to serve warm
-    scale_down_window: float = 300.0  # seconds a lower recommendation must hold before scaling down
-    # seconds of arrivals kept (the stable window is at most this; the state in the status)
-    rate_window: float = 1800.0
-    bin_width: float = 10.0  # seconds per bin of the arrival window
-    stable_window: float = 1800.0  # seconds of claims the stable rate is measured over
-    panic_window: float = 60.0  # seconds of claims the panic rate is measured over
-    panic_hold: float = 300.0  # seconds panic lasts after its last trigger
-    drift_window: float = 300.0  # seconds of claims a slower change of rate is detected over
-    panic_sigmas: float = 4.0  # how far above the stable rate the panic window must be
-    group_gap: float = 0.05  # seconds: claims this close to a group's first join the group
-    group_horizon: float = 7200.0  # seconds the grouping of arrivals is measured over
-    # added to the measured create -> Ready time: the work queue's coalescing and the create call
-    # before the create is timed (the slot is busy from the adoption, not from the create)
-    refill_overhead: float = 0.05
-    scale_up: Rules = DEFAULT_SCALE_UP
-    scale_down: Rules = DEFAULT_SCALE_DOWN
-    # feedback: the scale-down window is stretched up to this factor while the realised cold
-    # share misses the allowance, and relaxes back with this time constant (seconds)
-    hold_max: float = 12.0
-    hold_relax: float = 3600.0
-    feedback_min_claims: int = 20  # fewer served claims in the window: no feedback
-    # the allowance correction: realised shares weighted over feedback_horizon seconds, a prior
-    # of feedback_prior cold claims at the target's share, an integral time of
-    # feedback_integral seconds, the correction kept within feedback_min..feedback_max
-    feedback_horizon: float = 3600.0
-    feedback_prior: float = 1.0
-    feedback_integral: float = 1800.0
-    feedback_min: float = 1.0
-    feedback_max: float = 2.0
-    # the circuit breaker (docs/design/autoscaler.md, "A pool that never becomes Ready"): it
-    # trips when the oldest not-Ready member is older than breaker_factor x the p99 refill time
-    # (breaker_default when none was measured), kept within breaker_floor..breaker_cap — the
-    # cap below the pool's readiness grace period (300 s by default), after which the pool
-    # replaces a stuck member and the oldest not-Ready one is young again
-    breaker_factor: float = 3.0
-    breaker_default: float = 120.0
-    breaker_floor: float = 60.0
-    breaker_cap: float = 240.0
 
 
 @dataclass(frozen=True)
@@ -223,6 +191,11 @@ class Decision:
 
 
 # ------------------------------------------------------------------------------------ decide
+def occupancy_span(policy: Policy, memory: Memory) -> float:
+    """Seconds the window counts a claim's occupancy over: the refill time (0: not measured)."""
+    return 0.0 if memory.refill_mean is None else memory.refill_mean + policy.refill_overhead
+
+
 def breaker_limit(policy: Policy, memory: Memory) -> float:
     """Seconds a pool member may stay not Ready before the circuit breaker trips."""
     base = (
@@ -394,42 +367,16 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         chance = 2.0 * rate * policy.group_gap
         z = 1.0 + memory.refill_kappa * max(0.0, dispersion - 1.0 - chance)
 
-    # the realised cold share over about feedback_horizon seconds (exponentially weighted
-    # increments of the served totals, with a prior of feedback_prior cold claims at the
-    # target's share) corrects the allowance the sizing uses (integral action): a model that
-    # over- or under-sizes (peakedness approximated, refill times not independent) is steered
-    # to the target by what the claims actually got
     allowance = 1.0 - target
     if obs.served_total is not None:
-        warm_total, cold_total = obs.served_total
-        last_warm, last_cold = memory.served_last or (0, 0)
-        if warm_total >= last_warm and cold_total >= last_cold:
-            new_warm, new_cold = warm_total - last_warm, cold_total - last_cold
-        else:  # the counts restarted (a new claim controller process)
-            new_warm, new_cold = warm_total, cold_total
-        memory.served_last = (warm_total, cold_total)
         # only the claims of settled periods count (not while the rate changes — a panic, a
-        # new regime — nor before a whole stable window was observed): the misses of a
-        # transition are not the model's bias
+        # new regime — nor before a whole stable window was observed)
         settled = (
             not panicking
             and now - memory.first_seen >= policy.stable_window
             and (memory.regime_start is None or now - memory.regime_start >= policy.panic_hold)
         )
-        if dt > 0 and settled:
-            decay = math.exp(-dt / policy.feedback_horizon)
-            memory.served_warm = memory.served_warm * decay + new_warm
-            memory.served_cold = memory.served_cold * decay + new_cold
-            prior = policy.feedback_prior / allowance
-            measured = (memory.served_cold + policy.feedback_prior) / (
-                memory.served_warm + memory.served_cold + prior
-            )
-            step = min(1.0, dt / policy.feedback_integral)
-            error = min(max(math.log(allowance / measured), -1.0), 1.0)
-            memory.allowance_scale *= math.exp(step * error)
-            memory.allowance_scale = min(
-                max(memory.allowance_scale, policy.feedback_min), policy.feedback_max
-            )
+        steer_allowance(obs.served_total, policy, memory, dt, settled)
     steered = min(allowance * memory.allowance_scale, 0.5)
     target = 1.0 - steered
 
@@ -451,19 +398,39 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         span = max(now - max(rstart, begin), policy.bin_width)
         ahead = max(rate, recent / span + trend * (span / 2.0 + refill))
     load = ahead * refill
-    if panicking:
-        # the panic load, at most the claims of the last refill time: a burst shorter than
-        # the refill needs no more sandboxes than it has claims
-        recent, _, _, _ = bins.total(now - max(refill, policy.panic_window))
-        load = max(load, min(panic_rate * refill, float(recent)))
-    need = hayward_servers(load, z, target, hi)
+    # the occupancy floor (ArrivalBins): the smallest static pool that met the target over the
+    # recent claims, whatever their shape (bursts shorter than the panic window, groups), less
+    # what it over-states for Poisson claims (a cold claim frees no slot: Erlang-B's size is
+    # below the Poisson quantile)
+    since = max(now - policy.occupancy_window * memory.hold, memory.first_seen)
+    occupied = occupancy_floor(bins, since, 1.0 - target)
+    if occupied:
+        base = rate * refill
+        if memory.regime_start is not None and now - memory.regime_start < policy.panic_hold:
+            # a young regime's rate may be a burst's: the whole stable window's until the regime
+            # is panic_hold old (the floor and the panic load answer a rise meanwhile)
+            whole, _, _, wstart = bins.total(max(now - policy.stable_window, memory.first_seen))
+            base = whole / max(now - max(wstart, memory.first_seen), policy.bin_width) * refill
+            load = max(base, ahead * refill if trend > 0 else 0.0)
+        occupied -= max(0, 1 + poisson_quantile(base, target) - servers_for(base, target, hi))
+    floor = min(occupied, hi + 1)
     if largest > 1 and stable_claims:
         # a group of G claims finds at most the Ready members there are: when the refill is fast
         # the pool is full as a group comes, and a pool of N serves G - N of them cold. With
         # each bin's largest group only (a lower bound on the cold claims), N must keep them
         # within the allowance of the window's claims
-        floor = group_floor(bins, max(start, begin), (1.0 - target) * stable_claims)
-        need = max(need, min(floor, hi + 1))
+        groups = group_floor(bins, max(start, begin), (1.0 - target) * stable_claims)
+        floor = max(floor, min(groups, hi + 1))
+    # the size without a panic: what the stabilisation window keeps (a panic's size is not kept
+    # past the panic when the occupancy is counted: the rise it answered is in the floor by then)
+    calm = min(max(hayward_servers(load, z, target, hi), floor, lo), hi)
+    if panicking:
+        # the panic load, at most the claims of the last refill time (a burst shorter than the
+        # refill needs no more sandboxes than it has claims), unless the floor covers them
+        recent, _, _, _ = bins.total(now - max(refill, policy.panic_window))
+        if not occupied or recent > occupied:
+            load = max(load, min(panic_rate * refill, float(recent)))
+    need = max(hayward_servers(load, z, target, hi), floor)
     rec = min(max(need, lo), hi)
 
     # the realised warm share: stretch the scale-down window while it misses the allowance
@@ -487,7 +454,9 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
             memory.hold = min(policy.hold_max, max(memory.hold, 2.0 * memory.hold))
 
     # stabilisation (down only to the highest recommendation of the stretched window)
-    memory.recommendations.append((now, rec))
+    # with the occupancy counted, a panic's recommendation is not kept past the panic: the
+    # rise it answered is in the occupancy from then on (a burst's rate is not held)
+    memory.recommendations.append((now, calm if occupied else rec))
     window = policy.scale_down_window * memory.hold
     horizon = now - window
     memory.recommendations = [(t, n) for t, n in memory.recommendations if t >= horizon]
@@ -525,7 +494,12 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         f"{panic_span:.0f}s{', panicking' if panicking else ''}), {timing}: offered load "
         f"{load:.3g}"
         + (f" of peakedness {z:.2f}" if z > 1.0 else "")
-        + f", {need} sandboxes by Erlang-B for a {target:.2%} target"
+        + f", {need} sandboxes for a {target:.2%} target"
+        + (
+            f" (the claims' occupancy over the last {now - since:.0f}s: {floor})"
+            if floor >= need
+            else " by Erlang-B"
+        )
     ]
     if realised is not None:
         parts.append(f"realised warm share {realised:.2%} over the window")
@@ -595,6 +569,7 @@ __all__ = [
     "erlang_b",
     "hayward_blocking",
     "hayward_servers",
+    "occupancy_span",
     "servers_for",
     "slot_kappa",
 ]

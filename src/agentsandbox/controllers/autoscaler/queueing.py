@@ -112,6 +112,31 @@ def hayward_servers(offered_load: float, peakedness: float, target: float, cap: 
     return n
 
 
+def poisson_quantile(mean: float, p: float) -> int:
+    """The smallest m with P(Poisson(mean) <= m) >= p (summed from the mode, in log space)."""
+    if mean <= 0:
+        return 0
+    mode = math.floor(mean)
+    at_mode = math.exp(mode * math.log(mean) - mean - math.lgamma(mode + 1))
+    cdf, term, k = at_mode, at_mode, mode
+    while k > 0 and term > cdf * 1e-17:  # P(X <= mode)
+        term *= k / mean
+        k -= 1
+        cdf += term
+    m, term = mode, at_mode
+    if cdf >= p:
+        while m > 0 and cdf - term >= p:  # P(X <= m - 1) still reaches p
+            cdf -= term
+            term *= m / mean
+            m -= 1
+        return m
+    while cdf < p and term > 0:
+        m += 1
+        term *= mean / m
+        cdf += term
+    return m
+
+
 def slot_kappa(refills: Sequence[float]) -> float:
     """``∫S² / ∫S`` of the empirical refill-time distribution (1: all equal)."""
     ordered = sorted(refills)

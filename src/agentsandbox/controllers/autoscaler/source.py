@@ -83,6 +83,7 @@ class Windows:
         self.bin_width = bin_width
         self.group_gap = group_gap
         self.bins: dict[str, ArrivalBins] = {}  # key -> the arrivals per bin
+        self.spans: dict[str, float] = {}  # key -> seconds its claims' occupancy is counted over
         self.clock = clock
         self.monotonic = monotonic or clock
         self.arrivals: dict[str, dict[str, float]] = {}  # key -> claim uid -> time
@@ -114,6 +115,7 @@ class Windows:
             if uid not in seen:
                 seen[uid] = when
                 bins = self.bins.setdefault(key, ArrivalBins(self.bin_width))
+                bins.span = self.spans.get(key, 0.0)
                 bins.add(when, self.group_gap if precise else -1.0)
                 bins.trim(now, self.window)
             # bounded whether or not an autoscaler reads this key: drop the oldest (insertion
@@ -124,6 +126,15 @@ class Windows:
                     break
                 del seen[oldest]
         return keys
+
+    def set_span(self, keys: Iterable[str], seconds: float) -> None:
+        """Count the occupancy of the claims of ``keys`` over ``seconds`` from now on (the
+        pool's refill time, from its autoscaler's decision; ArrivalBins)."""
+        for key in keys:
+            if seconds > 0:
+                self.spans[key] = seconds
+            else:
+                self.spans.pop(key, None)
 
     def bins_for(self, keys: Iterable[str]) -> ArrivalBins:
         """The arrivals of ``keys`` per bin (a claim is under one key), the window's only."""

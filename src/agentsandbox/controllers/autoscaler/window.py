@@ -4,6 +4,7 @@ the tests run on it (pure): grouped arrivals, trends, significant changes."""
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -11,13 +12,42 @@ from dataclasses import dataclass, field
 #: the counts are too small for the tests' normal approximation (a quiet spell looks like a drop)
 MIN_EVIDENCE = 20.0
 
+#: occupancies up to this are kept exactly; above, in buckets of OCCUPANCY_RATIO (4 %)
+OCCUPANCY_EXACT = 32
+OCCUPANCY_RATIO = 1.04
+#: at most this many recent claim times are kept to count occupancies (beyond: the oldest drop,
+#: the count is then a lower bound — at rates where the Erlang size dwarfs the burst excess)
+OCCUPANCY_KEEP = 20_000
+
+
+def occupancy_bucket(c: int) -> int:
+    if c <= OCCUPANCY_EXACT:
+        return c
+    return OCCUPANCY_EXACT + math.ceil(math.log(c / OCCUPANCY_EXACT) / math.log(OCCUPANCY_RATIO))
+
+
+def bucket_value(b: int) -> int:
+    """The largest occupancy of bucket ``b`` (an upper bound: the floor errs on the safe side)."""
+    if b <= OCCUPANCY_EXACT:
+        return b
+    return math.floor(OCCUPANCY_EXACT * OCCUPANCY_RATIO ** (b - OCCUPANCY_EXACT) + 1e-9)
+
 
 @dataclass
 class ArrivalBins:
     """Claims per bin of ``width`` seconds (bin ``k`` covers ``[k·width, (k+1)·width)``); per bin
     also the increments of the groups' squared sizes (a claim starting a group adds 1, one
     joining a group of ``x`` adds ``2x + 1``: summed over a window, the sum of squares) and the
-    largest group begun in it."""
+    largest group begun in it.
+
+    The **occupancy** of a claim is the number of claims (itself included) within the ``span``
+    seconds up to it, ``span`` being the pool's refill time: the pool slots a static pool would
+    have busy refilling as the claim comes, had every claim been served warm. A static pool of
+    ``N`` serves a claim warm when its occupancy is at most ``N`` (with a constant refill time;
+    about so otherwise), so the ``target`` quantile of the occupancies is the smallest static
+    pool that would have met the target — whatever the shape of the arrivals (bursts, groups).
+    Per bin a histogram of them is kept (claims timed by the watch only, once ``span`` is
+    known)."""
 
     width: float
     first: int = 0  # the bin index of claims[0]
@@ -26,6 +56,9 @@ class ArrivalBins:
     largest: list[int] = field(default_factory=list)
     start: float | None = None  # the first claim of the latest group
     group: int = 0  # the size of that group
+    occupancy: list[dict[int, int]] = field(default_factory=list)  # per bin: bucket -> claims
+    span: float = 0.0  # seconds the occupancy is counted over (0: not counted)
+    recent: deque[float] = field(default_factory=deque)  # the recent claims' times, ascending
 
     def _slot(self, k: int, extend: bool = False) -> int | None:
         if not self.claims:
@@ -33,6 +66,7 @@ class ArrivalBins:
             self.claims.append(0)
             self.squares.append(0)
             self.largest.append(0)
+            self.occupancy.append({})
         if k < self.first:
             if not extend:
                 return None  # older than what is kept
@@ -40,11 +74,13 @@ class ArrivalBins:
             self.claims[:0] = [0] * pad
             self.squares[:0] = [0] * pad
             self.largest[:0] = [0] * pad
+            self.occupancy[:0] = [{} for _ in range(pad)]
             self.first = k
         while k >= self.first + len(self.claims):
             self.claims.append(0)
             self.squares.append(0)
             self.largest.append(0)
+            self.occupancy.append({})
         return k - self.first
 
     def add(self, t: float, gap: float) -> None:
@@ -65,6 +101,13 @@ class ArrivalBins:
             self.largest[i] = max(self.largest[i], 1)
             if self.start is None or t > self.start:
                 self.start, self.group = t, 1
+        if gap >= 0 and self.span > 0 and (not self.recent or t >= self.recent[-1]):
+            recent = self.recent
+            while recent and (recent[0] <= t - self.span or len(recent) >= OCCUPANCY_KEEP):
+                recent.popleft()
+            recent.append(t)
+            b = occupancy_bucket(len(recent))
+            self.occupancy[i][b] = self.occupancy[i].get(b, 0) + 1
 
     def trim(self, now: float, window: float) -> None:
         """Drop the bins wholly older than ``now - window``."""
@@ -74,6 +117,7 @@ class ArrivalBins:
             del self.claims[:drop]
             del self.squares[:drop]
             del self.largest[:drop]
+            del self.occupancy[:drop]
             self.first += drop
 
     def total(self, since: float) -> tuple[int, int, int, float]:
@@ -93,13 +137,24 @@ class ArrivalBins:
         kept elsewhere — never added twice)."""
         for j, c in enumerate(other.claims):
             i = self._slot(other.first + j, extend=True)
-            if i is not None and c > self.claims[i]:
+            if i is None:
+                continue
+            if c > self.claims[i]:
                 self.claims[i] = c
                 self.squares[i] = max(other.squares[j], c)
                 self.largest[i] = max(other.largest[j], self.largest[i])
+            if sum(other.occupancy[j].values()) > sum(self.occupancy[i].values()):
+                self.occupancy[i] = dict(other.occupancy[j])
 
     def copy(self) -> ArrivalBins:
-        return ArrivalBins(self.width, self.first, [*self.claims], [*self.squares], [*self.largest])
+        return ArrivalBins(
+            self.width,
+            self.first,
+            [*self.claims],
+            [*self.squares],
+            [*self.largest],
+            occupancy=[dict(h) for h in self.occupancy],
+        )
 
     @classmethod
     def summed(cls, parts: Sequence[ArrivalBins], width: float) -> ArrivalBins:
@@ -112,6 +167,8 @@ class ArrivalBins:
                 out.claims[i] += c
                 out.squares[i] += part.squares[j]
                 out.largest[i] = max(out.largest[i], part.largest[j])
+                for b, n in part.occupancy[j].items():
+                    out.occupancy[i][b] = out.occupancy[i].get(b, 0) + n
         return out
 
     @classmethod
@@ -132,6 +189,10 @@ class ArrivalBins:
             "claims": self.claims[:n],
             "groupSquares": self.squares[:n],
             "largestGroups": self.largest[:n],
+            # per bin: occupancy, claims, occupancy, claims, ... (occupancies rounded up)
+            "occupancy": [
+                [x for b in sorted(h) for x in (bucket_value(b), h[b])] for h in self.occupancy[:n]
+            ],
         }
 
     @classmethod
@@ -151,7 +212,44 @@ class ArrivalBins:
             or not all(isinstance(v, int) and v >= 0 for v in (*claims, *squares, *largest))
         ):
             return None
-        return cls(width, first, [*claims], [*squares], [*largest])
+        occupancy: list[dict[int, int]] = [{} for _ in claims]
+        kept = data.get("occupancy")  # absent: written before it was kept
+        if isinstance(kept, list) and len(kept) == len(claims):
+            for h, pairs in zip(occupancy, kept, strict=True):
+                if not isinstance(pairs, list) or len(pairs) % 2:
+                    return None
+                for value, count in zip(pairs[::2], pairs[1::2], strict=True):
+                    if not (isinstance(value, int) and isinstance(count, int)):
+                        return None
+                    if value < 1 or count < 0:
+                        return None
+                    b = occupancy_bucket(value)
+                    h[b] = h.get(b, 0) + count
+        elif kept is not None:
+            return None
+        return cls(width, first, [*claims], [*squares], [*largest], occupancy=occupancy)
+
+
+def occupancy_floor(bins: ArrivalBins, since: float, allowance: float) -> int:
+    """The smallest static pool whose claims of the bins from ``since`` on would have been served
+    cold at most ``allowance`` of the time: the claims of occupancy above it are at most that
+    share of those counted, and at least one may be (a single coincidence among few claims is
+    chance); 0: none counted."""
+    k0 = max(math.floor(since / bins.width), bins.first)
+    total: dict[int, int] = {}
+    for h in bins.occupancy[k0 - bins.first :]:
+        for b, n in h.items():
+            total[b] = total.get(b, 0) + n
+    counted = sum(total.values())
+    if not counted:
+        return 0
+    allowed = max(allowance * counted, 1.0)  # one claim is chance, not a reason for a slot
+    above = 0
+    for b in sorted(total, reverse=True):
+        if above + total[b] > allowed:
+            return bucket_value(b)
+        above += total[b]
+    return 0
 
 
 def group_floor(bins: ArrivalBins, since: float, allowed: float) -> int:

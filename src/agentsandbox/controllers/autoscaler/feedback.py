@@ -1,0 +1,47 @@
+"""Warm-pool autoscaler: feedback from the realised warm share (pure; the decision's helper).
+
+The realised cold share over about ``feedback_horizon`` seconds (exponentially weighted
+increments of the claim controller's served totals, with a prior of ``feedback_prior`` cold
+claims at the target's share) corrects the allowance the sizing uses (integral action): a model
+that over- or under-sizes (peakedness approximated, refill times not independent) is steered to
+the target by what the claims actually got. Only the claims of settled periods count: the
+misses of a transition are not the model's bias.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover - types only
+    from agentsandbox.controllers.autoscaler.plan import Memory, Policy
+
+
+def steer_allowance(
+    served_total: tuple[int, int], policy: Policy, memory: Memory, dt: float, settled: bool
+) -> None:
+    """Update ``memory.allowance_scale`` from the served totals (warm, cold) since the claim
+    controller started."""
+    allowance = 1.0 - policy.target_warm_share
+    warm_total, cold_total = served_total
+    last_warm, last_cold = memory.served_last or (0, 0)
+    if warm_total >= last_warm and cold_total >= last_cold:
+        new_warm, new_cold = warm_total - last_warm, cold_total - last_cold
+    else:  # the counts restarted (a new claim controller process)
+        new_warm, new_cold = warm_total, cold_total
+    memory.served_last = (warm_total, cold_total)
+    if dt <= 0 or not settled:
+        return
+    decay = math.exp(-dt / policy.feedback_horizon)
+    memory.served_warm = memory.served_warm * decay + new_warm
+    memory.served_cold = memory.served_cold * decay + new_cold
+    prior = policy.feedback_prior / allowance
+    measured = (memory.served_cold + policy.feedback_prior) / (
+        memory.served_warm + memory.served_cold + prior
+    )
+    step = min(1.0, dt / policy.feedback_integral)
+    error = min(max(math.log(allowance / measured), -1.0), 1.0)
+    memory.allowance_scale *= math.exp(step * error)
+    memory.allowance_scale = min(
+        max(memory.allowance_scale, policy.feedback_min), policy.feedback_max
+    )

@@ -1,0 +1,56 @@
+"""Warm-pool autoscaler: the policy a decision is made under (its spec and the controller's
+settings, as :func:`controller.policy_of` builds it), with the model's constants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentsandbox.controllers.autoscaler.behavior import DEFAULT_SCALE_DOWN, DEFAULT_SCALE_UP, Rules
+
+
+@dataclass(frozen=True)
+class Policy:
+    min_replicas: int
+    max_replicas: int
+    target_warm_share: float  # e.g. 0.99: the share of claims to serve warm
+    scale_down_window: float = 300.0  # seconds a lower recommendation must hold before scaling down
+    # seconds of arrivals kept (the stable window is at most this; the state in the status)
+    rate_window: float = 1800.0
+    bin_width: float = 10.0  # seconds per bin of the arrival window
+    stable_window: float = 1800.0  # seconds of claims the stable rate is measured over
+    panic_window: float = 60.0  # seconds of claims the panic rate is measured over
+    panic_hold: float = 300.0  # seconds panic lasts after its last trigger
+    drift_window: float = 300.0  # seconds of claims a slower change of rate is detected over
+    panic_sigmas: float = 4.0  # how far above the stable rate the panic window must be
+    group_gap: float = 0.05  # seconds: claims this close to a group's first join the group
+    group_horizon: float = 7200.0  # seconds the grouping of arrivals is measured over
+    # seconds of claims whose occupancy quantile (the smallest static pool that met the target
+    # over them) floors the size; stretched with the scale-down window by the feedback
+    occupancy_window: float = 1800.0
+    # added to the measured create -> Ready time: the work queue's coalescing and the create call
+    # before the create is timed (the slot is busy from the adoption, not from the create)
+    refill_overhead: float = 0.05
+    scale_up: Rules = DEFAULT_SCALE_UP
+    scale_down: Rules = DEFAULT_SCALE_DOWN
+    # feedback: the scale-down window is stretched up to this factor while the realised cold
+    # share misses the allowance, and relaxes back with this time constant (seconds)
+    hold_max: float = 12.0
+    hold_relax: float = 3600.0
+    feedback_min_claims: int = 20  # fewer served claims in the window: no feedback
+    # the allowance correction: realised shares weighted over feedback_horizon seconds, a prior
+    # of feedback_prior cold claims at the target's share, an integral time of
+    # feedback_integral seconds, the correction kept within feedback_min..feedback_max
+    feedback_horizon: float = 3600.0
+    feedback_prior: float = 1.0
+    feedback_integral: float = 1800.0
+    feedback_min: float = 1.0
+    feedback_max: float = 2.0
+    # the circuit breaker (docs/design/autoscaler.md, "A pool that never becomes Ready"): it
+    # trips when the oldest not-Ready member is older than breaker_factor x the p99 refill time
+    # (breaker_default when none was measured), kept within breaker_floor..breaker_cap — the
+    # cap below the pool's readiness grace period (300 s by default), after which the pool
+    # replaces a stuck member and the oldest not-Ready one is young again
+    breaker_factor: float = 3.0
+    breaker_default: float = 120.0
+    breaker_floor: float = 60.0
+    breaker_cap: float = 240.0

@@ -1,0 +1,157 @@
+"""The occupancy of claims (the claims within one refill time up to each) and its quantile, the
+smallest static pool that would have met the target over the window (ArrivalBins,
+occupancy_floor): counted as the controller's window sees claims, summed over keys, kept in
+step with the bins, and safe — a static pool of that size meets the target on the same claims."""
+
+from __future__ import annotations
+
+import random
+
+from agentsandbox.controllers.autoscaler.queueing import servers_for
+from agentsandbox.controllers.autoscaler.source import Windows
+from agentsandbox.controllers.autoscaler.window import (
+    ArrivalBins,
+    bucket_value,
+    occupancy_bucket,
+    occupancy_floor,
+)
+from tests.unit.arrivals import poisson
+
+
+def _bins(times: list[float], span: float, width: float = 10.0) -> ArrivalBins:
+    bins = ArrivalBins(width, span=span)
+    for t in sorted(times):
+        bins.add(t, 0.05)
+    return bins
+
+
+def _counted(bins: ArrivalBins) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for h in bins.occupancy:
+        for b, n in h.items():
+            out[b] = out.get(b, 0) + n
+    return out
+
+
+def _static_warm_share(times: list[float], size: int, refill: float) -> float:
+    """A static pool of ``size`` with a constant refill time: a claim finding a Ready member
+    takes it (a replacement is Ready ``refill`` later), one finding none is served cold."""
+    busy: list[float] = []  # when each busy slot is Ready again
+    warm = 0
+    for t in sorted(times):
+        busy = [r for r in busy if r > t]
+        if len(busy) < size:
+            warm += 1
+            busy.append(t + refill)
+    return warm / len(times)
+
+
+def test_a_claims_occupancy_counts_the_claims_within_one_refill_time_up_to_it() -> None:
+    bins = _bins([0.0, 0.2, 0.4, 1.05, 5.0], span=1.0)
+    assert _counted(bins) == {1: 2, 2: 1, 3: 2}  # 1.05 finds 0.2 and 0.4 only
+
+
+def test_no_occupancy_is_counted_before_the_refill_time_is_known_nor_for_listed_claims() -> None:
+    unknown = _bins([1.0, 1.1, 1.2], span=0.0)
+    assert _counted(unknown) == {}
+    listed = ArrivalBins(10.0, span=5.0)
+    for t in (1.0, 1.1):
+        listed.add(t, -1.0)  # a relist's creationTimestamp: not timed by this process
+    assert _counted(listed) == {} and listed.claims == [2]
+
+
+def test_occupancy_buckets_round_up_so_that_the_floor_errs_on_the_safe_side() -> None:
+    for c in (1, 5, 32, 33, 40, 100, 1000, 29_832):
+        assert bucket_value(occupancy_bucket(c)) >= c
+        assert bucket_value(occupancy_bucket(c)) <= max(c + 1, c * 1.04 + 1)
+
+
+def test_the_occupancy_floor_is_a_static_pool_that_meets_the_target_on_those_claims() -> None:
+    """Bursts shorter than the panic window (30 claims within 3 s every 5 min) on Poisson
+    traffic: a static pool of the floor's size serves at least the target warm, a much
+    smaller one does not."""
+    rng = random.Random(7)
+    times = poisson(0.3, 0.0, 3600.0, seed=11)
+    for k in range(12):
+        start = 150.0 + 300.0 * k
+        times += [start + rng.uniform(0.0, 3.0) for _ in range(30)]
+    refill = 20.0
+    bins = _bins(times, span=refill)
+    floor = occupancy_floor(bins, 0.0, 0.01)
+    assert _static_warm_share(times, floor, refill) >= 0.99
+    assert _static_warm_share(times, floor // 2, refill) < 0.99
+    assert floor >= 30  # a burst's claims, all within one refill time
+
+
+def test_on_poisson_traffic_the_occupancy_floor_is_near_the_erlang_size() -> None:
+    times = poisson(1.5, 0.0, 7200.0, seed=3)
+    floor = occupancy_floor(_bins(times, span=90.0), 0.0, 0.01)
+    erlang = servers_for(1.5 * 90.0, 0.99, 10_000)
+    assert erlang <= floor <= erlang * 1.08  # the quantile ignores that cold claims free no slot
+
+
+def test_one_coincidence_among_few_claims_raises_no_floor() -> None:
+    """Sparse claims (one a minute) and two of them a second apart: a pool of 1 served all but
+    one warm, and one claim is chance, not a reason to keep a second sandbox."""
+    times = [60.0 * i for i in range(30)] + [600.5]
+    assert occupancy_floor(_bins(times, span=2.0), 0.0, 0.01) == 1
+    times += [1200.5, 1201.0]  # the same three times: no longer chance
+    assert occupancy_floor(_bins(times, span=2.0), 0.0, 0.01) >= 2
+
+
+def test_the_floor_counts_only_the_bins_from_since_on() -> None:
+    times = [100.0 + 0.1 * i for i in range(40)] + [2000.0 + 60.0 * i for i in range(20)]
+    bins = _bins(times, span=10.0)
+    assert occupancy_floor(bins, 0.0, 0.01) >= 39  # all but the one claim allowed
+    assert occupancy_floor(bins, 1990.0, 0.01) == 1
+    bins.trim(3000.0, 900.0)  # the burst's bins dropped: its occupancies with them
+    assert len(bins.occupancy) == len(bins.claims)
+    assert occupancy_floor(bins, 0.0, 0.01) == 1
+
+
+def test_windows_count_occupancy_per_key_once_the_span_is_set_and_sum_them() -> None:
+    now = [1000.0]
+    windows = Windows(1800.0, lambda: now[0])
+
+    def claim(uid: str, pool: str) -> dict[str, object]:
+        return {
+            "metadata": {"name": uid, "uid": uid, "namespace": "ns"},
+            "spec": {"warmpool": pool, "sandboxTemplateRef": {"name": "tpl"}},
+        }
+
+    key = "ns/pool/p"
+    windows.claim_added(claim("a", "p"))  # before the span is known: not counted
+    windows.set_span([key], 30.0)
+    for i in range(5):
+        now[0] += 1.0
+        windows.claim_added(claim(f"b{i}", "p"))
+    counted = _counted(windows.bins_for([key]))
+    assert sum(counted.values()) == 5
+    assert max(counted) == 5  # the fifth claim finds four within 30 s before it
+    windows.set_span([key], 0.0)
+    assert key not in windows.spans
+
+
+def test_a_copy_and_a_merge_keep_the_occupancy_in_step_with_the_bins() -> None:
+    bins = _bins([5.0, 5.5, 25.0], span=10.0)
+    copied = bins.copy()
+    copied.occupancy[0][9] = 1
+    assert 9 not in bins.occupancy[0]  # independent
+    older = {k: v for k, v in bins.to_status().items() if k != "occupancy"}
+    restored = ArrivalBins.from_status(older, 10.0)  # a status written before it was kept
+    assert restored is not None and restored.occupancy == [{}, {}, {}]
+    restored.merge_max(bins)  # the relisted bins have more: theirs are taken
+    assert restored.occupancy == bins.occupancy
+
+
+def test_the_occupancy_survives_a_restart_in_the_status() -> None:
+    times = [100.0 + 0.1 * i for i in range(30)] + [200.0, 500.0]
+    bins = _bins(times, span=10.0)
+    kept = bins.to_status()
+    assert kept["occupancy"][0] == [x for c in range(1, 31) for x in (c, 1)]  # exact to 32
+    restored = ArrivalBins.from_status(kept, 10.0)
+    assert restored is not None
+    assert restored.occupancy == bins.occupancy
+    assert occupancy_floor(restored, 0.0, 0.01) == occupancy_floor(bins, 0.0, 0.01) >= 29
+    for broken in ([[1, 2, 3]], [[0, 1]] + [[]] * (len(bins.claims) - 1), "x", [[]]):
+        assert ArrivalBins.from_status({**kept, "occupancy": broken}, 10.0) is None
