@@ -11,14 +11,22 @@ misses of a transition are not the model's bias.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:  # pragma: no cover - types only
-    from agentsandbox.controllers.autoscaler.plan import Memory, Policy
+from agentsandbox.controllers.autoscaler.policy import Policy
+
+
+class Steered(Protocol):
+    """What the steering keeps between decisions (plan.Memory has it)."""
+
+    served_last: tuple[int, int] | None
+    served_warm: float
+    served_cold: float
+    allowance_scale: float
 
 
 def steer_allowance(
-    served_total: tuple[int, int], policy: Policy, memory: Memory, dt: float, settled: bool
+    served_total: tuple[int, int], policy: Policy, memory: Steered, dt: float, settled: bool
 ) -> None:
     """Update ``memory.allowance_scale`` from the served totals (warm, cold) since the claim
     controller started."""
