@@ -1008,8 +1008,8 @@ def autoscaler() -> tuple[Schema, Schema]:
                             },
                             "maxItems": 4096,
                         },
-                        "Per bin, pairs of (occupancy, claims): how many of the bin's claims found "
-                        "so many claims within one refill time up to them, themselves included.",
+                        "Per bin, (occupancy, claims) pairs: claims that found so many claims "
+                        "within a refill time.",
                     ),
                 },
                 "The claim arrivals of the last rate window, kept across restarts.",
