@@ -68,20 +68,16 @@ def image() -> tuple[dict[str, Any], dict[str, Any], bytes]:
     return blobs(ARCHIVE)
 
 
-@pytest.fixture(scope="module")
-def rootfs(
-    image: tuple[dict[str, Any], dict[str, Any], bytes],
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Path]:
-    """The layer unpacked (the kubeconfig to come is written into it), and its read-only bind
-    mount, which the tests chroot into, with a tmpfs at /tmp as the Deployment's emptyDir there
-    (kubernetes_asyncio's kubeconfig loader writes inline certificate data to temporary files)."""
-    base = tmp_path_factory.mktemp("image")
+@contextlib.contextmanager
+def read_only_rootfs(layer: bytes, base: Path) -> Iterator[Path]:
+    """The layer unpacked under ``base`` (the kubeconfig to come is written into it), and its
+    read-only bind mount, which the tests chroot into, with a tmpfs at /tmp as the Deployment's
+    emptyDir there (kubernetes_asyncio's kubeconfig loader writes inline certificate data to
+    temporary files). Unmounted and removed afterwards."""
     tree = base / "tree"
     tree.mkdir()
-    layer = base / "layer.tar.gz"
-    layer.write_bytes(image[2])
-    with tarfile.open(layer) as tar:
+    (base / "layer.tar.gz").write_bytes(layer)
+    with tarfile.open(base / "layer.tar.gz") as tar:
         tar.extractall(tree, filter="fully_trusted")  # our own archive, written by hack/image
     ro = base / "ro"
     ro.mkdir()
@@ -97,6 +93,15 @@ def rootfs(
         subprocess.run(["umount", str(ro / "tmp")], check=False)
         subprocess.run(["umount", str(ro)], check=False)
     shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def rootfs(
+    image: tuple[dict[str, Any], dict[str, Any], bytes],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Path]:
+    with read_only_rootfs(image[2], tmp_path_factory.mktemp("image")) as ro:
+        yield ro
 
 
 def chroot_argv(rootfs: Path, config: dict[str, Any], *args: str) -> list[str]:
@@ -158,18 +163,13 @@ def kubeconfig_inside(rootfs: Path, cluster: DevCluster) -> Iterator[None]:
         path.unlink()
 
 
-def test_the_controller_becomes_ready_under_chroot_read_only(
-    image: tuple[dict[str, Any], dict[str, Any], bytes], rootfs: Path, tmp_path: Path
+def controller_ready_in_chroot(
+    rootfs: Path, config: dict[str, Any], cluster: DevCluster, log: Path
 ) -> None:
-    """Over 30 s: a private control plane starts (about 20 s), then the controller in the
-    chroot syncs its informers."""
-    _, config, _ = image
-    with (
-        started_cluster("agentsandbox-image-", nodes=1) as cluster,
-        kubeconfig_inside(rootfs, cluster),
-    ):
+    """The image's controller under chroot, against ``cluster``, answers /readyz with its
+    informers synced and serves its metrics; it then stops on SIGTERM with exit code 0."""
+    with kubeconfig_inside(rootfs, cluster):
         metrics, probes = free_port(), free_port()
-        log = tmp_path / "controller.log"
         argv = chroot_argv(
             rootfs,
             config,
@@ -207,6 +207,16 @@ def test_the_controller_becomes_ready_under_chroot_read_only(
                 proc.wait()
                 raise
         assert code == 0, log.read_text()
+
+
+def test_the_controller_becomes_ready_under_chroot_read_only(
+    image: tuple[dict[str, Any], dict[str, Any], bytes], rootfs: Path, tmp_path: Path
+) -> None:
+    """Over 30 s: a private control plane starts (about 20 s), then the controller in the
+    chroot syncs its informers."""
+    _, config, _ = image
+    with started_cluster("agentsandbox-image-", nodes=1) as cluster:
+        controller_ready_in_chroot(rootfs, config, cluster, tmp_path / "controller.log")
 
 
 def test_a_second_build_gives_the_same_digest(tmp_path: Path) -> None:

@@ -7,6 +7,9 @@ controller, run out of cluster with a token of the chart's ServiceAccount (the p
 not real), holds the Lease and serves the claims made before and after (so the chart's RBAC
 suffices). Then `helm upgrade` back to upstream's chart keeps the CRDs and every object too.
 
+With RELEASE_DIST set (`make release-check`), "our chart" is the release's packaged
+``agent-sandbox-<version>.tgz`` there instead of deploy/helm/agent-sandbox.
+
 About 30 s for the module (measured 29 s; every test under 15 s): a control plane of its own (the
 upgrade needs one without CRDs, which the session cluster has), three helm releases, and the
 controller filling two pools and serving three claims.
@@ -14,6 +17,7 @@ controller filling two pools and serving three claims.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,7 +44,8 @@ from .test_deploy import (
     token_kubeconfig,
     waiter,
 )
-from .test_helm import CHART, UPSTREAM_IMAGE, container, docs_of, helm
+from .test_helm import CHART as SOURCE_CHART
+from .test_helm import UPSTREAM_IMAGE, container, docs_of, helm
 
 RELEASE = "agent-sandbox"  # the name upstream's README installs it under
 RELEASE_NS = "default"
@@ -51,7 +56,20 @@ CRDS = (
     "sandboxtemplates.extensions.agents.x-k8s.io",
     "sandboxwarmpools.extensions.agents.x-k8s.io",
 )
-OUR_IMAGE = yaml.safe_load((CHART / "values.yaml").read_text())["image"]["repository"]
+OUR_IMAGE = yaml.safe_load((SOURCE_CHART / "values.yaml").read_text())["image"]["repository"]
+
+
+def chart_under_test() -> Path:
+    """The release's packaged chart when RELEASE_DIST is set (exactly one there), else the
+    chart's source directory."""
+    release = os.environ.get("RELEASE_DIST")
+    if not release:
+        return SOURCE_CHART
+    (tgz,) = Path(release).resolve().glob("agent-sandbox-*.tgz")
+    return tgz
+
+
+CHART = chart_under_test()
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,10 @@ hash-locked runtime dependencies and the [tracing] extra's, hack/wheelhouse.py) 
 runs from it against the local control plane until /readyz answers OK. The wheel holds no
 dev-only code and pulls in no dev-only dependency; without the [tracing] extra, --enable-tracing
 says what to install. (The image installs the same wheel from the hash-locked
-hack/image/runtime.lock: tests/image/.)"""
+hack/image/runtime.lock: tests/image/.)
+
+With RELEASE_DIST set (`make release-check`), the wheel and sdist are the release's, from that
+directory, instead of a build of the checkout."""
 
 from __future__ import annotations
 
@@ -59,8 +62,11 @@ def offline_env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`python -m build` of the checkout (no build isolation: hatchling is a dev dependency, so
-    nothing is downloaded)."""
+    """The release directory RELEASE_DIST when set; else `python -m build` of the checkout (no
+    build isolation: hatchling is a dev dependency, so nothing is downloaded)."""
+    release = os.environ.get("RELEASE_DIST")
+    if release:
+        return Path(release).resolve()
     out = tmp_path_factory.mktemp("dist")
     run(sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), ".", cwd=ROOT)
     return out
@@ -161,6 +167,15 @@ def test_the_wheel_without_extras_has_no_dev_code_and_tracing_says_what_to_insta
     assert proc.returncode == 1, proc.stderr
     assert "pip install 'agentsandbox[tracing]'" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_installed_controller_prints_the_wheels_version(dist: Path, tmp_path: Path) -> None:
+    (wheel,) = dist.glob("agentsandbox-*.whl")
+    version = wheel.name.split("-")[1]
+    venv = tmp_path / "venv"
+    env = install_offline(dist, venv)
+    out = run(str(venv / "bin" / "agent-sandbox-controller"), "--version", cwd=tmp_path, env=env)
+    assert out.startswith(f"agent-sandbox-controller, version {version} "), out
 
 
 def test_the_wheel_installs_offline_and_the_controller_becomes_ready(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import DECLARED_SKIPS, Skip, undeclared
+from tests.conftest import DECLARED_SKIPS, NOT_ROOT, Skip, undeclared
 
 CONFTEST = """
 from tests.conftest import SkipGuard
@@ -23,8 +23,9 @@ def test_only_a_reason_not_in_the_declared_list_is_undeclared() -> None:
     assert undeclared(skips, {"declared here", "because", "declared here "}) == []
 
 
-def test_the_ipv6_loopback_skip_is_the_one_declared_reason() -> None:
-    assert set(DECLARED_SKIPS) == {"no IPv6 loopback (::1) here"}
+def test_the_declared_reasons_are_the_ipv6_loopback_and_the_release_image_as_non_root() -> None:
+    assert set(DECLARED_SKIPS) == {"no IPv6 loopback (::1) here", NOT_ROOT}
+    assert NOT_ROOT.startswith("not root:")
 
 
 def run(pytester: pytest.Pytester) -> pytest.RunResult:
