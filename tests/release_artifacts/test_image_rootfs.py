@@ -24,8 +24,7 @@ from tests.image.test_image import (
     image_env,
     read_only_rootfs,
 )
-
-from .conftest import release_check
+from tests.release_env import release_check
 
 Image = tuple[dict[str, Any], dict[str, Any], bytes]
 
