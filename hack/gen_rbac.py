@@ -7,8 +7,10 @@ between ``<!-- generated (hack/gen_rbac.py): NAME -->`` and ``<!-- end -->``).
     python hack/gen_rbac.py           # write them
     python hack/gen_rbac.py --check   # exit 1 (and name the files) if one is stale
 
-The rules come from the data; the rest of each file (objects, bindings, the chart's templating)
-is the skeleton below. tests/unit/project/test_rbac_generated.py runs ``--check``;
+Each role's object with its rules, and its binding to the controller's ServiceAccount, come from
+the data (``@role NAME`` and ``@binding NAME`` in the skeletons below, in the file's ``Style`` of
+labels and namespaces); the rest of each file (comments, the ServiceAccount, the chart's
+templating) is the skeleton. tests/unit/project/test_rbac_generated.py runs ``--check``;
 tests/unit/project/test_rbac_call_sites.py checks the data against the API calls of the code.
 """
 
@@ -19,6 +21,7 @@ import json
 import re
 import sys
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,11 +101,67 @@ def rules_yaml(role: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _fill(skeleton: str, roles: dict[str, dict[str, Any]]) -> str:
-    def one(m: re.Match[str]) -> str:
-        return rules_yaml(roles[m.group(1)])
+@dataclass(frozen=True)
+class Style:
+    """What a skeleton's objects say in its own way: the lines of every object's ``labels:``
+    (indented by 4), the ServiceAccount's namespace (the subject of every binding), and the
+    namespace of a Role and of its RoleBinding."""
 
-    return re.sub(r"^@rules ([a-z-]+)\n", one, skeleton, flags=re.MULTILINE)
+    labels: str
+    namespace: str
+    role_namespace: str
+
+
+KUSTOMIZE_STYLE = Style(
+    labels="    app: agent-sandbox-controller\n",
+    namespace="agent-sandbox-system",
+    role_namespace="agent-sandbox-system",
+)
+CHART_STYLE = Style(
+    labels='    {{- include "asc.labels" . | nindent 4 }}\n',
+    namespace='{{ include "asc.namespace" . }}',
+    role_namespace='{{ include "asc.leaderElectionNamespace" . }}',
+)
+
+
+def _head(kind: str, name: str, style: Style, extra_labels: str = "") -> str:
+    """An RBAC object's apiVersion, kind and metadata (a namespace for the namespaced kinds)."""
+    namespace = f"  namespace: {style.role_namespace}\n" if kind in ("Role", "RoleBinding") else ""
+    return (
+        f"apiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\nmetadata:\n  name: {name}\n"
+        f"{namespace}  labels:\n{style.labels}{extra_labels}"
+    )
+
+
+def role_yaml(role: dict[str, Any], style: Style, extra_labels: str = "") -> str:
+    """The role object: its head (with ``extra_labels`` after the style's) and its rules."""
+    return _head(role["kind"], role["name"], style, extra_labels) + rules_yaml(role)
+
+
+def binding_yaml(role: dict[str, Any], style: Style) -> str:
+    """The role's binding, of the same name, to the controller's ServiceAccount."""
+    return (
+        _head(role["kind"] + "Binding", role["name"], style)
+        + "roleRef:\n  apiGroup: rbac.authorization.k8s.io\n"
+        + f"  kind: {role['kind']}\n  name: {role['name']}\n"
+        + "subjects:\n  - kind: ServiceAccount\n    name: agent-sandbox-controller\n"
+        + f"    namespace: {style.namespace}\n"
+    )
+
+
+def _fill(skeleton: str, roles: dict[str, dict[str, Any]], style: Style) -> str:
+    """The skeleton with each ``@role NAME`` line (and the label lines indented by 4 below it,
+    its extra labels) replaced by the role object, and each ``@binding NAME`` by its binding."""
+
+    def one(m: re.Match[str]) -> str:
+        role = roles[m.group(2)]
+        if m.group(1) == "role":
+            return role_yaml(role, style, m.group(3))
+        return binding_yaml(role, style)
+
+    return re.sub(
+        r"^@(role|binding) ([a-z-]+)\n((?:    \S.*\n)*)", one, skeleton, flags=re.MULTILINE
+    )
 
 
 KUSTOMIZE_SKELETON = """\
@@ -127,106 +186,44 @@ metadata:
   labels:
     app: agent-sandbox-controller
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: agent-sandbox-controller
-  labels:
-    app: agent-sandbox-controller
-@rules agent-sandbox-controller
+@role agent-sandbox-controller
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: agent-sandbox-controller-extensions
-  labels:
-    app: agent-sandbox-controller
-@rules agent-sandbox-controller-extensions
+@role agent-sandbox-controller-extensions
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: agent-sandbox-controller
-  labels:
-    app: agent-sandbox-controller
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: agent-sandbox-controller
-subjects:
-  - kind: ServiceAccount
-    name: agent-sandbox-controller
-    namespace: agent-sandbox-system
+@binding agent-sandbox-controller
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: agent-sandbox-controller-extensions
-  labels:
-    app: agent-sandbox-controller
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: agent-sandbox-controller-extensions
-subjects:
-  - kind: ServiceAccount
-    name: agent-sandbox-controller
-    namespace: agent-sandbox-system
+@binding agent-sandbox-controller-extensions
 ---
 # Leader election: one Lease, a3317529.agent-sandbox.x-k8s.io, in the controller's own namespace.
 # "create" cannot be limited by name (the object does not exist yet); reading and renewing can.
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata:
-  name: agent-sandbox-controller-leader-election
-  namespace: agent-sandbox-system
-  labels:
-    app: agent-sandbox-controller
-@rules agent-sandbox-controller-leader-election
+@role agent-sandbox-controller-leader-election
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: agent-sandbox-controller-leader-election
-  namespace: agent-sandbox-system
-  labels:
-    app: agent-sandbox-controller
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: Role
-  name: agent-sandbox-controller-leader-election
-subjects:
-  - kind: ServiceAccount
-    name: agent-sandbox-controller
-    namespace: agent-sandbox-system
+@binding agent-sandbox-controller-leader-election
 """
 
-AGGREGATE_SKELETON = """\
+#: the two ClusterRoles that aggregate into the built-in roles, in both the kustomize file and the
+#: chart: their extra labels are what aggregates them
+AGGREGATE_ROLES = """\
+@role agent-sandbox-edit
+    rbac.authorization.k8s.io/aggregate-to-edit: "true"
+    rbac.authorization.k8s.io/aggregate-to-admin: "true"
+---
+@role agent-sandbox-view
+    rbac.authorization.k8s.io/aggregate-to-view: "true"
+"""
+
+AGGREGATE_SKELETON = (
+    """\
 # Generated by `python hack/gen_rbac.py` from hack/rbac.toml (edit that file, not this one).
 # Namespace users: the built-in "edit" and "admin" roles may create and delete claims and read
 # sandboxes, pools and templates; "view" may read them. Opt-in (upstream
 # ships no such aggregation); the chart's rbac.aggregateToDefaultRoles makes the same two.
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: agent-sandbox-edit
-  labels:
-    app: agent-sandbox-controller
-    rbac.authorization.k8s.io/aggregate-to-edit: "true"
-    rbac.authorization.k8s.io/aggregate-to-admin: "true"
-@rules agent-sandbox-edit
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: agent-sandbox-view
-  labels:
-    app: agent-sandbox-controller
-    rbac.authorization.k8s.io/aggregate-to-view: "true"
-@rules agent-sandbox-view
 """
+    + AGGREGATE_ROLES
+)
 
-CHART_SKELETON = """\
+CHART_SKELETON = (
+    """\
 {{- /*
 Generated by `python hack/gen_rbac.py` from hack/rbac.toml (edit that file, not this one): the
 RBAC of deploy/rbac.yaml (every rule is explained in docs/deploy.md), with the release's
@@ -234,107 +231,34 @@ namespace for the ServiceAccount. tests/integration/test_helm.py checks it equal
 install's.
 */ -}}
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: agent-sandbox-controller
-  labels:
-    {{- include "asc.labels" . | nindent 4 }}
-@rules agent-sandbox-controller
+@role agent-sandbox-controller
 ---
 {{- if .Values.controller.extensions }}
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: agent-sandbox-controller-extensions
-  labels:
-    {{- include "asc.labels" . | nindent 4 }}
-@rules agent-sandbox-controller-extensions
+@role agent-sandbox-controller-extensions
 {{- end }}
 {{- if .Values.rbac.aggregateToDefaultRoles }}
 ---
 # Namespace users: the built-in "edit" and "admin" roles may create and delete claims and read
 # sandboxes, pools and templates; "view" may read them. Opt-in:
 # upstream ships no such aggregation.
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: agent-sandbox-edit
-  labels:
-    {{- include "asc.labels" . | nindent 4 }}
-    rbac.authorization.k8s.io/aggregate-to-edit: "true"
-    rbac.authorization.k8s.io/aggregate-to-admin: "true"
-@rules agent-sandbox-edit
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: agent-sandbox-view
-  labels:
-    {{- include "asc.labels" . | nindent 4 }}
-    rbac.authorization.k8s.io/aggregate-to-view: "true"
-@rules agent-sandbox-view
+"""
+    + AGGREGATE_ROLES
+    + """\
 {{- end }}
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: agent-sandbox-controller
-  labels:
-    {{- include "asc.labels" . | nindent 4 }}
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: agent-sandbox-controller
-subjects:
-  - kind: ServiceAccount
-    name: agent-sandbox-controller
-    namespace: {{ include "asc.namespace" . }}
+@binding agent-sandbox-controller
 ---
 {{- if .Values.controller.extensions }}
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: agent-sandbox-controller-extensions
-  labels:
-    {{- include "asc.labels" . | nindent 4 }}
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: agent-sandbox-controller-extensions
-subjects:
-  - kind: ServiceAccount
-    name: agent-sandbox-controller
-    namespace: {{ include "asc.namespace" . }}
+@binding agent-sandbox-controller-extensions
 {{- end }}
 ---
 # Leader election: one Lease, a3317529.agent-sandbox.x-k8s.io, in the controller's own namespace.
 # "create" cannot be limited by name (the object does not exist yet); reading and renewing can.
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata:
-  name: agent-sandbox-controller-leader-election
-  namespace: {{ include "asc.leaderElectionNamespace" . }}
-  labels:
-    {{- include "asc.labels" . | nindent 4 }}
-@rules agent-sandbox-controller-leader-election
+@role agent-sandbox-controller-leader-election
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: agent-sandbox-controller-leader-election
-  namespace: {{ include "asc.leaderElectionNamespace" . }}
-  labels:
-    {{- include "asc.labels" . | nindent 4 }}
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: Role
-  name: agent-sandbox-controller-leader-election
-subjects:
-  - kind: ServiceAccount
-    name: agent-sandbox-controller
-    namespace: {{ include "asc.namespace" . }}
+@binding agent-sandbox-controller-leader-election
 """
+)
 
 
 # ----------------------------------------------------------------------------------- docs
@@ -385,9 +309,9 @@ def render_doc(text: str, roles: dict[str, dict[str, Any]]) -> str:
 # ----------------------------------------------------------------------------------- main
 def outputs(roles: dict[str, dict[str, Any]], doc_text: str) -> dict[Path, str]:
     return {
-        KUSTOMIZE: _fill(KUSTOMIZE_SKELETON, roles),
-        AGGREGATE: _fill(AGGREGATE_SKELETON, roles),
-        CHART: _fill(CHART_SKELETON, roles),
+        KUSTOMIZE: _fill(KUSTOMIZE_SKELETON, roles, KUSTOMIZE_STYLE),
+        AGGREGATE: _fill(AGGREGATE_SKELETON, roles, KUSTOMIZE_STYLE),
+        CHART: _fill(CHART_SKELETON, roles, CHART_STYLE),
         DOC: render_doc(doc_text, roles),
     }
 

@@ -12,7 +12,6 @@ import functools
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -25,6 +24,7 @@ import yaml
 
 from agentsandbox.devcluster.binaries import repo_root
 from agentsandbox.devcluster.cluster import DevCluster, free_port
+from tests.controller_process import stop
 from tests.polling import eventually_sync
 
 from .invariants import SandboxHistory, checked_history
@@ -356,14 +356,7 @@ def controller_with_token(
     try:
         yield lambda: proc.poll() is None
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise
+        code = stop(proc)
     text = log.read_text()
     assert code == 0, text
     # A 403 for writing into a Terminating namespace (a namespace an earlier test left behind)

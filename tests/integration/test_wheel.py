@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import email
 import os
-import signal
 import subprocess
 import sys
 import tarfile
-import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from agentsandbox.devcluster.cluster import DevCluster, free_port
-from tests.polling import eventually_sync
+from tests.controller_process import becomes_ready
 
 from .test_deploy import ROOT
 
@@ -197,45 +195,21 @@ def test_the_wheel_installs_offline_and_the_controller_becomes_ready(
     log = tmp_path / "controller.log"
     # tracing: spans (if any) go to a closed local port, never off the machine
     env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{free_port()}"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                str(venv / "bin" / "agent-sandbox-controller"),
-                f"--kubeconfig={cluster.kubeconfig}",
-                "--extensions",
-                "--enable-tracing",
-                "--leader-elect=false",
-                f"--metrics-bind-address=127.0.0.1:{metrics}",
-                f"--health-probe-bind-address=127.0.0.1:{probes}",
-            ],
-            cwd=tmp_path,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-
-        def readyz() -> str | None:
-            assert proc.poll() is None, log.read_text()
-            try:
-                with urllib.request.urlopen(
-                    f"http://127.0.0.1:{probes}/readyz?verbose", timeout=2
-                ) as r:
-                    return str(r.read().decode()) if r.status == 200 else None
-            except OSError:
-                return None
-
-        body = eventually_sync(readyz, within=60, what="/readyz OK from the wheel's controller")
-        assert "informers-synced" in body, body
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as r:
-            assert b"agent_sandbox_build_info" in r.read()
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise
-    assert code == 0, log.read_text()
+    becomes_ready(
+        [
+            str(venv / "bin" / "agent-sandbox-controller"),
+            f"--kubeconfig={cluster.kubeconfig}",
+            "--extensions",
+            "--enable-tracing",
+            "--leader-elect=false",
+            f"--metrics-bind-address=127.0.0.1:{metrics}",
+            f"--health-probe-bind-address=127.0.0.1:{probes}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        log=log,
+        probes=probes,
+        metrics=metrics,
+        within=60,
+        what="/readyz OK from the wheel's controller",
+    )

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import tarfile
 import urllib.request
 from collections.abc import Iterator
@@ -23,30 +22,20 @@ import yaml
 
 from agentsandbox.devcluster.cluster import free_port
 from tests.polling import eventually_sync
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "hack"))
-
-import release_check  # noqa: E402
-
-
-def _env(name: str) -> str:
-    value = os.environ.get(name, "")
-    assert value, f"{name} is not set: run this through `make release-check`"
-    return value
+from tests.release_env import env, release_check
 
 
 @pytest.fixture(scope="module")
 def crane() -> str:
-    path = _env("CRANE")
+    path = env("CRANE")
     assert os.access(path, os.X_OK), path
     return path
 
 
 @pytest.fixture(scope="module")
 def dist() -> Path:
-    path = Path(_env("RELEASE_DIST"))
-    assert (path / release_check.archive_name(_env("VERSION"))).is_file(), path
+    path = Path(env("RELEASE_DIST"))
+    assert (path / release_check.archive_name(env("VERSION"))).is_file(), path
     return path
 
 
@@ -96,7 +85,7 @@ def _install_image(dist: Path) -> str:
 def test_crane_pushes_the_unpacked_layout_and_install_yamls_digest_resolves(
     crane: str, dist: Path, registry: str, tmp_path: Path
 ) -> None:
-    version = _env("VERSION")
+    version = env("VERSION")
     archive = dist / release_check.archive_name(version)
     digest = (dist / "image.digest").read_text().strip()
     # crane push reads a file as a docker tarball: the OCI layout archive is unpacked first

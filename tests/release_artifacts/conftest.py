@@ -5,34 +5,22 @@ there, the tests FAIL."""
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.integration.conftest import upstream_dir
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "hack"))
-
-import release_check  # noqa: E402
-
-
-def _env(name: str) -> str:
-    value = os.environ.get(name, "")
-    assert value, f"{name} is not set: run this through `make release-check`"
-    return value
+from tests.release_env import env, release_check
 
 
 @pytest.fixture(scope="session")
 def release_version() -> str:
-    return _env("VERSION")
+    return env("VERSION")
 
 
 @pytest.fixture(scope="session")
 def release_dist(release_version: str) -> Path:
-    path = Path(_env("RELEASE_DIST")).resolve()
+    path = Path(env("RELEASE_DIST")).resolve()
     assert (path / "SHA256SUMS").is_file(), f"{path}: no release there"
     return path
 

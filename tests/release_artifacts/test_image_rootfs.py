@@ -1,33 +1,28 @@
 """The release's OCI archive, not dist/'s: its layer unpacked and mounted read-only, the
 controller under chroot as UID 65532 prints the release's version and answers /readyz against the
-session's local control plane (as `make image-check` does for dist/; tests/image/test_image.py's
+session's local control plane (as `make image-check` does for dist/; tests/image_chroot.py's
 helpers). Needs root (chroot, mount): CI runs as root; elsewhere the module skips with the
 declared reason NOT_ROOT (tests/conftest.py)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from agentsandbox.devcluster.cluster import DevCluster
 from tests.conftest import NOT_ROOT
-from tests.image.test_image import (
+from tests.image_chroot import (
     UID,
+    Image,
     blobs,
-    chroot_argv,
     controller_ready_in_chroot,
-    image_env,
     read_only_rootfs,
+    version_in_chroot,
 )
-
-from .conftest import release_check
-
-Image = tuple[dict[str, Any], dict[str, Any], bytes]
+from tests.release_env import release_check
 
 
 @pytest.fixture(scope="module")
@@ -51,17 +46,9 @@ def test_the_release_image_prints_its_version_as_65532(
     _, config, _ = image
     assert config["config"]["User"] == f"{UID}:{UID}"
     assert config["config"]["Labels"]["org.opencontainers.image.version"] == release_version
-    proc = subprocess.run(
-        chroot_argv(rootfs, config, "--version"),
-        env=image_env(config),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
+    out = version_in_chroot(rootfs, config)
     pep440 = release_check.to_pep440(release_version)
-    assert proc.stdout.startswith(f"agent-sandbox-controller, version {pep440} "), proc.stdout
+    assert out.startswith(f"agent-sandbox-controller, version {pep440} "), out
 
 
 def test_the_release_image_runs_the_controller_to_readyz(

@@ -3,26 +3,16 @@ without one) fails the check, and that the committed floors name every package u
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
+
+from tests.unit.project.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "hack" / "coverage_report.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("coverage_report", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclass looks its module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-report = _load()
+report = load_script(SCRIPT)
 
 
 def test_files_map_to_their_package() -> None:

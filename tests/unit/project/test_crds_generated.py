@@ -4,17 +4,17 @@ upstream's."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.unit.project.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD_DIR = ROOT / "deploy" / "crds"
@@ -24,16 +24,7 @@ GEN = ROOT / "hack" / "gen_crds.py"
 ANNOTATION_LIMIT = 256 * 1024
 
 
-def _load_gen() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_crds", GEN)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gen_crds"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-gen = _load_gen()
+gen = load_script(GEN)
 
 
 @functools.cache

@@ -6,37 +6,27 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import json
 import os
 import re
 import subprocess
-import sys
 import tarfile
 import tomllib
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from tests.unit.project.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[3]
 IMAGE = ROOT / "hack" / "image"
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, IMAGE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-oci = _load("oci")
-build = _load("build")
+oci = load_script(IMAGE / "oci.py")
+build = load_script(IMAGE / "build.py")
 
 CONFIG = oci.ImageConfig(entrypoint=("/usr/bin/python3.11", "/usr/bin/app"), env=("A=1",))
 

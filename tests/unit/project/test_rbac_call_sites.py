@@ -28,7 +28,6 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ import pytest
 
 from agentsandbox.cli.options import LEADER_ELECTION_ID
 from agentsandbox.kube.resources import Resource
+from tests.unit.project.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 SRC = ROOT / "src" / "agentsandbox"
@@ -66,27 +66,18 @@ METHOD_VERBS: dict[str, tuple[str, ...]] = {
 CLIENT_NAMES = ("client", "_client")
 INFORMER_METHODS = ("get_informer", "for_", "owns", "watches")
 
+#: the children SandboxWriter.apply writes for a Sandbox
+SANDBOX_CHILDREN = (("", "pods"), ("", "services"), ("", "persistentvolumeclaims"))
+
 #: Calls whose resource is a variable: (file under src/agentsandbox, function, client method)
 #: -> the (group, resource[/subresource]) it can be, and why.
 UNRESOLVED: dict[tuple[str, str, str], tuple[tuple[str, str], ...]] = {
     # SandboxWriter.apply writes a Sandbox's children; SandboxController.reconcile passes
     # PERSISTENTVOLUMECLAIMS, PODS and SERVICES; a create answered AlreadyExists reads the child
     # back (get) for any of them.
-    ("controllers/sandbox/act.py", "SandboxWriter.apply", "create"): (
-        ("", "pods"),
-        ("", "services"),
-        ("", "persistentvolumeclaims"),
-    ),
-    ("controllers/sandbox/act.py", "SandboxWriter.apply", "patch"): (
-        ("", "pods"),
-        ("", "services"),
-        ("", "persistentvolumeclaims"),
-    ),
-    ("controllers/sandbox/act.py", "SandboxWriter.apply", "get"): (
-        ("", "pods"),
-        ("", "services"),
-        ("", "persistentvolumeclaims"),
-    ),
+    ("controllers/sandbox/act.py", "SandboxWriter.apply", "create"): SANDBOX_CHILDREN,
+    ("controllers/sandbox/act.py", "SandboxWriter.apply", "patch"): SANDBOX_CHILDREN,
+    ("controllers/sandbox/act.py", "SandboxWriter.apply", "get"): SANDBOX_CHILDREN,
     # A DELETE step is planned for the pod and the Service only (replicas 0, service: false,
     # SandboxWriter.expire); a PVC is never deleted (its "delete" is an admission verb).
     ("controllers/sandbox/act.py", "SandboxWriter.apply", "delete"): (
@@ -118,16 +109,7 @@ RAW_DISCOVERY = {
 }
 
 
-def _load_gen() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_rbac", GEN)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gen_rbac"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-gen = _load_gen()
+gen = load_script(GEN)
 
 
 @dataclass(frozen=True)
@@ -426,16 +408,22 @@ def _called(role: str) -> set[tuple[str, str, str]]:
     }
 
 
-@pytest.mark.parametrize("role", CONTROLLER_ROLES)
-def test_every_granted_verb_is_called(role: str) -> None:
-    called = _called(role)
-    unused = [
-        f"{verb} {rule['group'] or 'core'}/{resource}"
+def _grants(role: str, admission: bool) -> list[tuple[str, tuple[str, str, str]]]:
+    """The role's grants, as ("verb group/resource", (group, resource, verb)): those of its
+    admission verbs (marked ¹) if ``admission``, else those of its other verbs."""
+    return [
+        (f"{verb} {rule['group'] or 'core'}/{resource}", (rule["group"], resource, verb))
         for rule in ROLES[role]["rule"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
-        if verb not in rule.get("admission", ()) and (rule["group"], resource, verb) not in called
+        if (verb in rule.get("admission", ())) == admission
     ]
+
+
+@pytest.mark.parametrize("role", CONTROLLER_ROLES)
+def test_every_granted_verb_is_called(role: str) -> None:
+    called = _called(role)
+    unused = [name for name, grant in _grants(role, admission=False) if grant not in called]
     assert not unused, f"{role} grants what no code calls:\n" + "\n".join(unused)
 
 
@@ -443,11 +431,5 @@ def test_every_granted_verb_is_called(role: str) -> None:
 def test_admission_verbs_are_never_called(role: str) -> None:
     """A verb marked ¹ ("the code never calls it") that the code does call is mislabelled."""
     called = _called(role)
-    wrong = [
-        f"{verb} {rule['group'] or 'core'}/{resource}"
-        for rule in ROLES[role]["rule"]
-        for resource in rule["resources"]
-        for verb in rule.get("admission", ())
-        if (rule["group"], resource, verb) in called
-    ]
+    wrong = [name for name, grant in _grants(role, admission=True) if grant in called]
     assert not wrong, wrong

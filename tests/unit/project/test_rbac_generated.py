@@ -3,29 +3,20 @@ from hack/rbac.toml (``python hack/gen_rbac.py``) and must not drift from it."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
+
+from tests.unit.project.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 GEN = ROOT / "hack" / "gen_rbac.py"
 
 
-def _load_gen() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_rbac", GEN)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gen_rbac"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-gen = _load_gen()
+gen = load_script(GEN)
 
 
 def _check(source: Path | None = None) -> subprocess.CompletedProcess[str]:
