@@ -95,6 +95,7 @@ from agentsandbox.controllers.autoscaler.window import (
     group_floor,
     occupancy_floor,
     significantly_above,
+    significantly_below,
 )
 from agentsandbox.controllers.autoscaler.window import trend as trend_of
 
@@ -347,14 +348,14 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         memory.panic_until = now + policy.panic_hold
         memory.last_panic = now
         memory.regime_start = now - panic_span
-    elif stable_span > 2 * panic_span and significantly_above(expected, panic_claims, dispersion):
+    elif stable_span > 2 * panic_span and significantly_below(panic_claims, expected, dispersion):
         memory.regime_start = now - panic_span  # a significant drop: a new regime
     elif stable_span > 2 * policy.drift_window and rate * policy.drift_window >= MIN_EVIDENCE:
         # a slower change (a ramp): the last drift_window against the regime's rate, both ways
         drift_claims, _, _, dstart = bins.total(now - policy.drift_window)
         drift_expected = rate * (now - dstart)
-        if significantly_above(drift_claims, drift_expected, dispersion) or significantly_above(
-            drift_expected, drift_claims, dispersion
+        if significantly_above(drift_claims, drift_expected, dispersion) or significantly_below(
+            drift_claims, drift_expected, dispersion
         ):
             memory.regime_start = dstart
     panicking = memory.panic_until is not None and now < memory.panic_until

@@ -288,3 +288,12 @@ def significantly_above(
     """``count`` claims where ``expected`` were due: a rise the noise of arrivals of that
     index of dispersion hardly explains (``sigmas`` standard deviations, and as many groups)."""
     return count > expected + sigmas * (math.sqrt(dispersion * expected) + dispersion)
+
+
+def significantly_below(
+    count: float, expected: float, dispersion: float = 1.0, sigmas: float = 3.0
+) -> bool:
+    """``count`` claims where ``expected`` were due: a drop the noise of arrivals of that index
+    of dispersion hardly explains. The noise is that of the expected count (the rate unchanged),
+    not of the lower one observed, which would call chance dips drops."""
+    return count < expected - sigmas * (math.sqrt(dispersion * expected) + dispersion)

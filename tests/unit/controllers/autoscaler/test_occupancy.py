@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
+from agentsandbox.controllers.autoscaler.plan import Decision, Memory, Observation, decide
+from agentsandbox.controllers.autoscaler.policy import Policy
 from agentsandbox.controllers.autoscaler.queueing import servers_for
 from agentsandbox.controllers.autoscaler.source import Windows
 from agentsandbox.controllers.autoscaler.window import (
@@ -14,6 +18,7 @@ from agentsandbox.controllers.autoscaler.window import (
     bucket_value,
     occupancy_bucket,
     occupancy_floor,
+    significantly_below,
 )
 from tests.unit.arrivals import poisson
 
@@ -155,3 +160,52 @@ def test_the_occupancy_survives_a_restart_in_the_status() -> None:
     assert occupancy_floor(restored, 0.0, 0.01) == occupancy_floor(bins, 0.0, 0.01) >= 29
     for broken in ([[1, 2, 3]], [[0, 1]] + [[]] * (len(bins.claims) - 1), "x", [[]]):
         assert ArrivalBins.from_status({**kept, "occupancy": broken}, 10.0) is None
+
+
+def _decide_through(
+    times: list[float], start: float, end: float, refill: float, every: float = 5.0
+) -> list[Decision]:
+    """Decisions every ``every`` seconds from ``start`` to ``end``, the window fed claim by claim
+    as the controller's informers would (the occupancy counted over the refill time)."""
+    policy = Policy(min_replicas=1, max_replicas=1000, target_warm_share=0.99)
+    memory = Memory()
+    bins = ArrivalBins(policy.bin_width, span=refill + policy.refill_overhead)
+    pending = sorted(times)
+    out: list[Decision] = []
+    current, now, i = 1, 0.0, 0
+    while now <= end:
+        while i < len(pending) and pending[i] <= now:
+            bins.add(pending[i], policy.group_gap)
+            i += 1
+        if now >= start:
+            d = decide(Observation(now, [], [refill] * 50, current, bins=bins), policy, memory)
+            out.append(d)
+            current = d.replicas
+        now += every
+    return out
+
+
+@pytest.mark.parametrize("seed", [22, 23, 26, 28])
+def test_steady_traffic_starts_no_new_regime(seed: int) -> None:
+    """Poisson claims at 0.5/s for 4 h: no panic and no new regime. A drop is judged by the
+    noise of the count expected at the regime's rate; judged by the noise of the lower count
+    seen, chance dips cut the stable window short (on each of these seeds) and made its rate
+    noisy."""
+    policy = Policy(min_replicas=1, max_replicas=1000, target_warm_share=0.99)
+    memory = Memory()
+    times = poisson(0.5, 0, 14400, seed)
+    for k in range(180, 1440):
+        now = k * 10.0
+        window = [t for t in times if now - policy.rate_window < t <= now]
+        decide(Observation(now, window, [90.0] * 50, 60), policy, memory)
+    assert memory.last_panic is None
+    assert memory.regime_start is None
+
+
+def test_a_drop_is_judged_by_the_noise_of_the_count_expected() -> None:
+    # 15 claims where 30 were due happens by chance (Poisson: about 0.2 % of windows, many
+    # times a day when tested every pass); 10 hardly does
+    assert not significantly_below(15, 30.0)
+    assert significantly_below(10, 30.0)
+    # a halving of a busier rate is a drop
+    assert significantly_below(60, 120.0)
