@@ -63,3 +63,13 @@ def test_a_single_spike_makes_no_storm_of_sandboxes_deleted_before_ready() -> No
     result = run(poisson(0.2, 0, 3600, 8) + spike, 3600, warmup=600)
     assert result.deletes_before_ready <= 20, result.deletes_before_ready
     assert max(replicas for t, replicas, _, _ in result.series if t > 1800) <= 150
+
+
+def test_instant_bursts_never_run_the_pool_to_its_maximum() -> None:
+    """Found in the day-long burst-instant table (not a review finding): 200 claims within 2 s
+    every 5 minutes, nothing between. A burst in the last bins of the regime was read as a
+    rising trend, and the rate a refill time ahead sized the pool at its maximum (2000) after
+    every burst. The pool stays near the bursts' size (one burst needs 200 sandboxes)."""
+    trace = traces.burst(1, 3 * 3600.0, dwell=600.0, instant=2.0)
+    result = simulate(Config(trace, SLOW, policy=POLICY, warmup=3600.0))
+    assert max(replicas for _, replicas, _, _ in result.series) <= 400

@@ -276,7 +276,12 @@ def trend(bins: ArrivalBins, since: float, now: float, dispersion: float) -> flo
     sxx = sum((x - mx) ** 2 for x in xs)
     sxy = sum((x - mx) * (c - my) for x, c in zip(xs, counts, strict=True))
     slope = sxy / sxx  # claims per bin, per second
-    error = math.sqrt(max(dispersion * my, 1e-9) / sxx)
+    # the counts' variance: that of arrivals of this dispersion, or the bins' own scatter about
+    # the line when larger (a burst in the last bins is not a ramp: it scatters far more)
+    scatter = sum((c - my - slope * (x - mx)) ** 2 for x, c in zip(xs, counts, strict=True)) / (
+        n - 2
+    )
+    error = math.sqrt(max(dispersion * my, scatter, 1e-9) / sxx)
     if slope <= 3.0 * error:
         return 0.0
     return slope / bins.width

@@ -91,6 +91,16 @@ def test_a_trend_needs_enough_bins_and_a_significant_slope() -> None:
     assert trend(rising, 0.0, 600.0, 1.0) == pytest.approx(0.01, rel=0.05)
 
 
+def test_a_burst_in_the_last_bins_is_not_a_trend() -> None:
+    """200 claims within 2 s (groups of about five at 50 ms), after five minutes without a claim:
+    the slope of the bins is large, but so is their scatter about it. Judged by the noise of
+    the arrivals' dispersion alone it was a ramp, whose rate a refill time ahead sized the pool
+    at its maximum after every burst (the day-long burst-instant table: 2000 sandboxes)."""
+    burst = ArrivalBins.of([0.0] + [309.0 + i * 0.01 for i in range(200)], 10.0, 0.05)
+    assert len(burst.claims) == 32 and burst.claims[-2:] == [100, 100]
+    assert trend(burst, 0.0, 320.0, 6.8) == 0.0
+
+
 def test_the_status_window_round_trips_and_refuses_what_it_cannot_read() -> None:
     bins = ArrivalBins.of([1.0, 1.01, 15.0, 33.0], 10.0, 0.05)
     kept = bins.to_status(before=30.0)  # the bins ended by 30 s only
