@@ -27,6 +27,8 @@ help:
 	@echo "make lint          ruff + mypy"
 	@echo "make image         the controller's OCI image, no container engine (dist/*-oci.tar, dist/image.digest)"
 	@echo "make image-check   the image's root filesystem runs the controller (chroot, as root)"
+	@echo "make image-arm64   the arm64 image, a second archive (dist/*-linux-arm64-oci.tar, dist/image-arm64.digest)"
+	@echo "make image-arm64-check  it is AArch64 and runs through qemu-aarch64-static (chroot, as root)"
 	@echo "make chart         dist/agent-sandbox-<version>.tgz (VERSION= and IMAGE= override version and image)"
 	@echo "make release-check make release of this version and of a pre-release, each verified (hack/release_check.py)"
 	@echo "make autoscale-eval the autoscaler's held-out scenarios in the simulator (SET=tuning: the tuning set)"
