@@ -123,15 +123,15 @@ def test_version_runs_through_qemu_under_chroot_as_65532_read_only(
 def test_the_controller_becomes_ready_through_qemu(
     rootfs: Path, emulated: dict[str, Any], tmp_path: Path
 ) -> None:
-    """Over 30 s: a private control plane starts (about 20 s), then the emulated controller
-    imports its modules and syncs its informers."""
+    """About 12 s here: a private control plane starts, then the emulated controller imports
+    its modules and syncs its informers (the wait allows 90 s, for slower emulation)."""
     with started_cluster("agentsandbox-image-arm64-", nodes=1) as cluster:
         controller_ready_in_chroot(rootfs, emulated, cluster, tmp_path / "controller.log")
 
 
 def test_a_second_build_gives_the_same_digest(tmp_path: Path) -> None:
-    """Over 30 s: the whole arm64 build again (about a minute), from the caches `make
-    image-arm64` filled, into a directory of its own."""
+    """About 12 s here (up to a minute on a busy machine): the whole arm64 build again, from the
+    caches `make image-arm64` filled, into a directory of its own."""
     expected = DIGEST.read_text().strip()
     proc = subprocess.run(
         [
