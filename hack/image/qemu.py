@@ -4,17 +4,20 @@ prints the path of ``qemu-aarch64-static``.
 Debian's qemu-user-static (amd64, the build machine's own architecture) as hack/image/qemu.lock
 locks it (name, version, SHA-256; written by hack/image/lock_debs.py), fetched with ``apt-get
 download`` through the machine's configured apt sources and checked as the image's packages are
-(hack/image/build.py), then unpacked with ``dpkg-deb -x`` into
-``~/.cache/agentsandbox/image/qemu/<version>/``. Nothing is installed on the host and no binfmt
-handler is registered: the tests run the emulator by its path, with the arm64 program as its
-argument. The binaries are static, so they also run inside the image's root filesystem.
+(hack/image/build.py); its ``usr/bin/qemu-aarch64-static`` alone is unpacked (``dpkg-deb
+--fsys-tarfile``) into ``~/.cache/agentsandbox/image/qemu/<version>/``. Nothing is installed on
+the host and no binfmt handler is registered: the tests run the emulator by its path, with the
+arm64 program as its argument. It is static, so it also runs inside the image's root
+filesystem.
 """
 
 from __future__ import annotations
 
+import io
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -36,7 +39,11 @@ def emulator() -> Path:
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp)], check=True)
+        # the one emulator of the package's many (they are about 370 MB unpacked)
+        fsys = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True)
+        fsys.check_returncode()
+        with tarfile.open(fileobj=io.BytesIO(fsys.stdout)) as tar:
+            tar.extract(f"./{EMULATOR}", tmp, filter="data")
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
     return out / EMULATOR
