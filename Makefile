@@ -27,6 +27,8 @@ help:
 	@echo "make lint          ruff + mypy"
 	@echo "make image         the controller's OCI image, no container engine (dist/*-oci.tar, dist/image.digest)"
 	@echo "make image-check   the image's root filesystem runs the controller (chroot, as root)"
+	@echo "make image-arm64   the arm64 image, a second archive (dist/*-linux-arm64-oci.tar, dist/image-arm64.digest)"
+	@echo "make image-arm64-check  it is AArch64 and runs through qemu-aarch64-static (chroot, as root)"
 	@echo "make chart         dist/agent-sandbox-<version>.tgz (VERSION= and IMAGE= override version and image)"
 	@echo "make release-check make release of this version and of a pre-release, each verified (hack/release_check.py)"
 	@echo "make autoscale-eval the autoscaler's held-out scenarios in the simulator (SET=tuning: the tuning set)"
@@ -229,7 +231,30 @@ image: $(IMAGE_OCI)
 # chroot as UID 65532, read-only, against a private local control plane; a second build from the
 # same inputs gives the same digest (tests/image/).
 image-check: image controlplane
-	VERSION=$(IMAGE_VERSION) $(PYTEST) tests/image
+	VERSION=$(IMAGE_VERSION) $(PYTEST) tests/image/test_image.py
+
+# The arm64 image (docs/deploy.md, "The image"): the same build from hack/image/debs-arm64.lock
+# (apt-get download through a private arm64 apt state under the cache) and runtime-arm64.lock
+# (manylinux aarch64 wheels), written as a second archive,
+# dist/agent-sandbox-controller-<version>-linux-arm64-oci.tar, and dist/image-arm64.digest.
+# IMAGE_REPORT=bench/results/image-arm64.json rewrites its size report.
+IMAGE_OCI_ARM64 := $(DIST)/agent-sandbox-controller-$(IMAGE_VERSION)-linux-arm64-oci.tar
+IMAGE_WORK_ARM64 ?= build/image-arm64
+$(IMAGE_OCI_ARM64): $(IMAGE_INPUTS) | $(STAMP)
+	VERSION=$(IMAGE_VERSION) $(PY) hack/image/build.py --arch arm64 --dist $(DIST) --work $(IMAGE_WORK_ARM64) --digest-copy $(IMAGE_WORK_ARM64)/digest-$(IMAGE_VERSION) >/dev/null
+
+.PHONY: image-arm64 image-arm64-check
+image-arm64: $(IMAGE_OCI_ARM64)
+	@cp $(IMAGE_WORK_ARM64)/digest-$(IMAGE_VERSION) $(DIST)/image-arm64.digest
+	$(if $(IMAGE_REPORT),cp $(IMAGE_WORK_ARM64)/report.json $(IMAGE_REPORT))
+	@echo "$(IMAGE_OCI_ARM64) $$(cat $(DIST)/image-arm64.digest)"
+
+# As root: the arm64 image's binaries are AArch64, its controller prints --version under chroot
+# as 65532 through qemu-aarch64-static (Debian's qemu-user-static, locked in hack/image/qemu.lock,
+# unpacked into the cache: nothing is installed on the host), and a second build gives the same
+# digest (tests/image/test_image_arm64.py).
+image-arm64-check: image-arm64
+	QEMU_AARCH64=$$($(PY) hack/image/qemu.py) VERSION=$(IMAGE_VERSION) $(PYTEST) tests/image/test_image_arm64.py
 
 # ruff on every Python file of the repository (src, tests, bench, hack, and any to come), mypy --strict
 # The Helm chart, packaged: version and appVersion from pyproject.toml unless VERSION= is given;

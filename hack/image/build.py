@@ -15,7 +15,14 @@
    ``dist/image.digest``; the uncompressed layer is also kept as ``build/image/rootfs.tar`` for
    the Dockerfile (``FROM scratch`` + ``ADD``).
 
-The version is pyproject.toml's; ``VERSION=`` overrides it for one build. Only amd64 is built.
+The version is pyproject.toml's; ``VERSION=`` overrides it for one build.
+
+``--arch arm64`` builds the arm64 image instead (``make image-arm64``): the same steps from the
+arm64 locks (hack/image/debs-arm64.lock, fetched through a private apt state, see lock_debs.py;
+runtime-arm64.lock's manylinux aarch64 wheels), written as a second archive,
+``dist/agent-sandbox-controller-<version>-linux-arm64-oci.tar``, with ``dist/image-arm64.digest``.
+Nothing of it runs on the build machine but the bytecode compiler (Python's bytecode does not
+depend on the machine). amd64 stays the default and its outputs keep their names.
 Run with the project's virtualenv (it has ``build`` and ``hatchling``); needs no root, but a
 cache without the .debs needs apt to work (as root here).
 """
@@ -30,17 +37,21 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
+import lock_debs  # noqa: E402
+import lock_runtime  # noqa: E402
 import oci  # noqa: E402
+from lock_debs import cache_root  # noqa: E402
 from lock_runtime import PLATFORM_ARGS, pip_env  # noqa: E402
 
-DEBS_LOCK = HERE / "debs.lock"
-RUNTIME_LOCK = HERE / "runtime.lock"
+DEBS_LOCK = lock_debs.LOCKS["amd64"]
+RUNTIME_LOCK = lock_runtime.LOCKS["amd64"]
 REFRESH_DEBS = "python3 hack/image/lock_debs.py"
 ARCH = "amd64"
 NAME = "agent-sandbox-controller"
@@ -55,11 +66,43 @@ ENTRYPOINT = (PYTHON, COMMAND)
 DROP = ("usr/share/man", "usr/share/info", "usr/share/locale", "usr/share/lintian")
 
 
-def cache_root() -> Path:
-    base = os.environ.get("AGENTSANDBOX_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "agentsandbox"
-    )
-    return Path(base) / "image"
+@dataclass(frozen=True)
+class Target:
+    """What differs between the architectures: the locks, pip's platform, the shared libraries'
+    directory, and the names of the archive and of its digest file in dist/."""
+
+    arch: str
+    debs_lock: Path
+    runtime_lock: Path
+    platform_args: tuple[str, ...]
+    triplet: str  # Debian's multiarch directory
+    archive_suffix: str
+    digest_name: str
+    command: str
+
+
+TARGETS = {
+    "amd64": Target(
+        "amd64",
+        DEBS_LOCK,
+        RUNTIME_LOCK,
+        PLATFORM_ARGS,
+        "x86_64-linux-gnu",
+        "oci.tar",
+        "image.digest",
+        "make image IMAGE_REPORT=bench/results/image.json",
+    ),
+    "arm64": Target(
+        "arm64",
+        lock_debs.LOCKS["arm64"],
+        lock_runtime.LOCKS["arm64"],
+        lock_runtime.PLATFORM_ARGS_ARM64,
+        "aarch64-linux-gnu",
+        "linux-arm64-oci.tar",
+        "image-arm64.digest",
+        "make image-arm64 IMAGE_REPORT=bench/results/image-arm64.json",
+    ),
+}
 
 
 def log(msg: str) -> None:
@@ -93,12 +136,12 @@ class LockGone(Exception):
     pass
 
 
-def fetch_debs(lock: list[tuple[str, str, str, str]], cache: Path) -> list[Path]:
+def fetch_debs(lock: list[tuple[str, str, str, str]], cache: Path, arch: str = ARCH) -> list[Path]:
     cache.mkdir(parents=True, exist_ok=True)
     missing = [(n, v) for n, v, a, _ in lock if not (cache / deb_filename(n, v, a)).is_file()]
     if missing:
-        log(f"apt-get download: {len(missing)} package(s)")
-        _apt_download(missing, cache)
+        log(f"apt-get download: {len(missing)} package(s) ({arch})")
+        _apt_download(missing, cache, arch)
     paths = []
     for name, ver, arch, sha in lock:
         path = cache / deb_filename(name, ver, arch)
@@ -113,19 +156,24 @@ def fetch_debs(lock: list[tuple[str, str, str, str]], cache: Path) -> list[Path]
     return paths
 
 
-def _known(name: str, ver: str) -> bool:
+def _known(name: str, ver: str, arch: str) -> bool:
     """Whether the apt sources have this version (apt-cache exits 0 either way, printing nothing
     when they do not)."""
     proc = subprocess.run(
-        ["apt-cache", "show", f"{name}:{ARCH}={ver}"], capture_output=True, text=True, check=False
+        ["apt-cache", *lock_debs.apt_options(arch), "show", f"{name}:{arch}={ver}"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     return proc.returncode == 0 and bool(proc.stdout.strip())
 
 
-def _apt_download(wanted: list[tuple[str, str]], cache: Path) -> None:
+def _apt_download(wanted: list[tuple[str, str]], cache: Path, arch: str) -> None:
+    opts = lock_debs.apt_options(arch)  # none for amd64: the machine's own apt state
+
     def run() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["apt-get", "download", "-q", *(f"{n}:{ARCH}={v}" for n, v in wanted)],
+            ["apt-get", *opts, "download", "-q", *(f"{n}:{arch}={v}" for n, v in wanted)],
             cwd=cache,
             capture_output=True,
             text=True,
@@ -135,10 +183,10 @@ def _apt_download(wanted: list[tuple[str, str]], cache: Path) -> None:
     proc = run()
     if proc.returncode != 0 and "Can't find a source" not in proc.stderr:
         # no package lists yet (a fresh machine): fetch them once, then retry
-        subprocess.run(["apt-get", "update", "-qq"], check=False)
+        subprocess.run(["apt-get", *opts, "update", "-qq"], check=False)
         proc = run()
     if proc.returncode != 0:
-        gone = [f"{n}={v}" for n, v in wanted if not _known(n, v)]
+        gone = [f"{n}={v}" for n, v in wanted if not _known(n, v, arch)]
         sys.stderr.write(proc.stderr)
         if gone:
             raise LockGone(
@@ -149,9 +197,9 @@ def _apt_download(wanted: list[tuple[str, str]], cache: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------ wheels
-def fetch_wheels(cache: Path) -> Path:
+def fetch_wheels(cache: Path, target: Target = TARGETS[ARCH]) -> Path:
     """The runtime lock's wheels in ``cache/<hash of the lock>`` (downloaded once per lock)."""
-    key = hashlib.sha256(RUNTIME_LOCK.read_bytes()).hexdigest()[:16]
+    key = hashlib.sha256(target.runtime_lock.read_bytes()).hexdigest()[:16]
     out = cache / key
     stamp = out / ".complete"
     if not stamp.is_file():
@@ -160,7 +208,7 @@ def fetch_wheels(cache: Path) -> Path:
         subprocess.run(
             [
                 *(sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--require-hashes"),
-                *(*PLATFORM_ARGS, "-d", str(out), "-r", str(RUNTIME_LOCK)),
+                *(*target.platform_args, "-d", str(out), "-r", str(target.runtime_lock)),
             ],
             check=True,
             env=pip_env(),
@@ -213,14 +261,15 @@ def ca_bundle(rootfs: Path) -> None:
     (rootfs / "etc/ca-certificates.conf").write_text("".join(f"{c}\n" for c in certs))
 
 
-def install_wheels(rootfs: Path, wheelhouse: Path, own: Path) -> None:
+def install_wheels(rootfs: Path, wheelhouse: Path, own: Path, image: Target) -> None:
+    lock = image.runtime_lock
     target = rootfs / SITE
     target.mkdir(parents=True, exist_ok=True)
     common = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
-    common += ["--no-compile", "--no-warn-script-location", *PLATFORM_ARGS]
+    common += ["--no-compile", "--no-warn-script-location", *image.platform_args]
     common += ["--target", str(target)]
     subprocess.run(
-        [*common, "--require-hashes", "--find-links", str(wheelhouse), "-r", str(RUNTIME_LOCK)],
+        [*common, "--require-hashes", "--find-links", str(wheelhouse), "-r", str(lock)],
         check=True,
         env=pip_env(),
     )
@@ -282,13 +331,13 @@ def command(rootfs: Path) -> None:
     path.chmod(0o755)
 
 
-def assemble(rootfs: Path, debs: list[Path], wheelhouse: Path, own: Path) -> None:
+def assemble(rootfs: Path, debs: list[Path], wheelhouse: Path, own: Path, target: Target) -> None:
     if rootfs.exists():
         shutil.rmtree(rootfs)
     rootfs.mkdir(parents=True)
     unpack_debs(debs, rootfs)
     ca_bundle(rootfs)
-    install_wheels(rootfs, wheelhouse, own)
+    install_wheels(rootfs, wheelhouse, own, target)
     compile_bytecode(rootfs)
     users(rootfs)
     command(rootfs)
@@ -303,11 +352,11 @@ def _tree_bytes(path: Path) -> int:
     return sum(p.lstat().st_size for p in path.rglob("*") if not p.is_dir() or p.is_symlink())
 
 
-def largest(rootfs: Path, top: int = 10) -> dict[str, float]:
+def largest(rootfs: Path, triplet: str = "x86_64-linux-gnu", top: int = 10) -> dict[str, float]:
     """The biggest parts of the root filesystem (MB, bytecode included): the standard library,
     the shared libraries and each installed top-level package."""
-    parts = [rootfs / "usr/lib/python3.11", rootfs / "usr/lib/x86_64-linux-gnu"]
-    parts += [rootfs / "lib/x86_64-linux-gnu", rootfs / "usr/bin"]
+    parts = [rootfs / "usr/lib/python3.11", rootfs / f"usr/lib/{triplet}"]
+    parts += [rootfs / f"lib/{triplet}", rootfs / "usr/bin"]
     parts += [p for p in (rootfs / SITE).iterdir() if not p.name.endswith(".dist-info")]
     sizes = {p.relative_to(rootfs).as_posix(): _tree_bytes(p) for p in parts if p.exists()}
     ranked = sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
@@ -325,7 +374,7 @@ def git_state() -> dict[str, object]:
     return {"commit": git("rev-parse", "--short", "HEAD") or "unknown", "dirty": bool(status)}
 
 
-def image_config(ver: str) -> oci.ImageConfig:
+def image_config(ver: str, arch: str = ARCH) -> oci.ImageConfig:
     return oci.ImageConfig(
         entrypoint=ENTRYPOINT,
         user=f"{UID}:{UID}",
@@ -336,7 +385,7 @@ def image_config(ver: str) -> oci.ImageConfig:
             ("org.opencontainers.image.version", ver),
             ("org.opencontainers.image.licenses", "Apache-2.0"),
         ),
-        architecture=ARCH,
+        architecture=arch,
     )
 
 
@@ -346,30 +395,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=ROOT / "build" / "image")
     ap.add_argument("--report", type=Path, help="also write the size report (JSON) here")
     ap.add_argument("--digest-copy", type=Path, help="also write the manifest digest here")
+    ap.add_argument("--arch", choices=sorted(TARGETS), default=ARCH)
     args = ap.parse_args(argv)
 
+    target = TARGETS[args.arch]
     ver = version(ROOT / "pyproject.toml")
     cache = cache_root()
     try:
-        debs = fetch_debs(read_debs_lock(DEBS_LOCK), cache / "debs")
+        debs = fetch_debs(read_debs_lock(target.debs_lock), cache / "debs", target.arch)
     except LockGone as err:
         print(f"image: {err}", file=sys.stderr)
         return 1
-    wheelhouse = fetch_wheels(cache / "wheels")
+    wheelhouse = fetch_wheels(cache / "wheels", target)
     work = args.work
     own = build_own_wheel(work / "wheel")
     rootfs = work / "rootfs"
-    assemble(rootfs, debs, wheelhouse, own)
-    archive = args.dist / f"{NAME}-{ver}-oci.tar"
-    img = oci.write_image(rootfs, image_config(ver), archive, work / "oci", ref_name=ver)
+    assemble(rootfs, debs, wheelhouse, own, target)
+    archive = args.dist / f"{NAME}-{ver}-{target.archive_suffix}"
+    config = image_config(ver, target.arch)
+    img = oci.write_image(rootfs, config, archive, work / "oci", ref_name=ver)
     img.layer_tar.replace(work / "rootfs.tar")
-    (args.dist / "image.digest").write_text(img.manifest_digest + "\n")
+    (args.dist / target.digest_name).write_text(img.manifest_digest + "\n")
     if args.digest_copy:
         args.digest_copy.write_text(img.manifest_digest + "\n")
     report = {
-        "command": "make image IMAGE_REPORT=bench/results/image.json",
+        "command": target.command,
         "machine": git_state(),
-        "architecture": ARCH,
+        "architecture": target.arch,
         "debian_packages": len(debs),
         "wheels": len(list(wheelhouse.glob("*.whl"))) + 1,
         "compressed_bytes": img.layer_gzip_size,
@@ -377,10 +429,10 @@ def main(argv: list[str] | None = None) -> int:
         "oci_archive_bytes": img.archive_size,
         "compressed_mb": round(img.layer_gzip_size / 1e6, 1),
         "uncompressed_mb": round(img.layer_size / 1e6, 1),
-        "largest_mb": largest(rootfs),
+        "largest_mb": largest(rootfs, target.triplet),
         "inputs_sha256": {
-            "debs.lock": oci.sha256_file(DEBS_LOCK),
-            "runtime.lock": oci.sha256_file(RUNTIME_LOCK),
+            target.debs_lock.name: oci.sha256_file(target.debs_lock),
+            target.runtime_lock.name: oci.sha256_file(target.runtime_lock),
         },
     }
     (work / "report.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -1,4 +1,5 @@
-"""Write hack/image/debs.lock: the Debian bookworm packages of the image's root filesystem.
+"""Write hack/image/debs.lock (amd64) and debs-arm64.lock: the Debian bookworm packages of the
+image's root filesystem, one lock per architecture, the same package names in each.
 
 The closure of ``ROOTS`` under Depends and Pre-Depends (Recommends and Suggests left out), each at
 the candidate version of the machine's configured apt sources, with its SHA-256 as the archive
@@ -6,22 +7,37 @@ publishes it. A dependency with alternatives takes the first one that has a cand
 in ``SKIP`` are left out even when something depends on them: they serve only the maintainer
 scripts, which the image build never runs (the .debs are unpacked with ``dpkg-deb -x``).
 
+amd64 is read from the machine's own apt state. arm64 is read from a private one under the cache
+(``~/.cache/agentsandbox/image/apt-arm64/``: ``APT::Architecture=arm64`` and its own lists, status
+and package cache, over the machine's configured sources), so the host's dpkg never gets a
+foreign architecture. ``apt_options`` gives those settings to the image build's ``apt-get
+download`` too.
+
 Run it (as root: it may run ``apt-get update``) when the build says a locked version is gone:
 
-    python3 hack/image/lock_debs.py
+    python3 hack/image/lock_debs.py              # both locks, and qemu.lock (amd64's emulator)
+    python3 hack/image/lock_debs.py --arch arm64  # one
 
 It uses nothing but apt-cache, so any Python 3 runs it.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-LOCK = Path(__file__).resolve().parent / "debs.lock"
-ARCH = "amd64"
+HERE = Path(__file__).resolve().parent
+#: the lock of each architecture the image is built for; amd64 is the machine's own
+LOCKS = {"amd64": HERE / "debs.lock", "arm64": HERE / "debs-arm64.lock"}
+NATIVE = "amd64"
+#: the build machine's emulator for the arm64 image's check (hack/image/qemu.py): one package,
+#: no closure (its binaries are static), locked the same way
+QEMU_LOCK = HERE / "qemu.lock"
+QEMU_PACKAGE = "qemu-user-static"
 
 # What the image needs: Debian's Python 3.11 interpreter and its standard library, and the CA
 # bundle's certificates (for an API server or an OTLP endpoint behind a public CA).
@@ -39,8 +55,42 @@ HEADER = """\
 """
 
 
+def cache_root() -> Path:
+    """``~/.cache/agentsandbox/image`` (``AGENTSANDBOX_CACHE`` or ``XDG_CACHE_HOME`` moves it)."""
+    base = os.environ.get("AGENTSANDBOX_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "agentsandbox"
+    )
+    return Path(base) / "image"
+
+
+def apt_options(arch: str) -> list[str]:
+    """apt's options for ``arch``: none for the machine's own; else a private state (lists,
+    an empty dpkg status, package cache) under the cache, over the configured sources."""
+    if arch == NATIVE:
+        return []
+    base = cache_root() / f"apt-{arch}"
+    for sub in ("state/lists/partial", "cache/archives/partial"):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+    status = base / "state" / "status"
+    status.touch()
+    return [
+        *("-o", f"APT::Architecture={arch}", "-o", f"APT::Architectures={arch}"),
+        *("-o", f"Dir::State={base / 'state'}", "-o", f"Dir::State::status={status}"),
+        *("-o", f"Dir::Cache={base / 'cache'}", "-o", "APT::Sandbox::User=root"),
+    ]
+
+
+def apt_update(arch: str) -> None:
+    subprocess.run(["apt-get", *apt_options(arch), "update", "-qq"], check=True)
+
+
+ARCH = NATIVE  # the architecture record() and provider() ask about (main sets it per lock)
+
+
 def apt_cache(*args: str) -> str:
-    proc = subprocess.run(["apt-cache", *args], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        ["apt-cache", *apt_options(ARCH), *args], capture_output=True, text=True, check=False
+    )
     return proc.stdout if proc.returncode == 0 else ""
 
 
@@ -105,16 +155,49 @@ def resolve(roots: tuple[str, ...]) -> dict[str, dict[str, str]]:
     return chosen
 
 
-def main() -> int:
-    if not apt_cache("show", "--no-all-versions", ROOTS[0]).strip():
-        subprocess.run(["apt-get", "update", "-qq"], check=True)
+def write_lock(arch: str) -> None:
+    global ARCH
+    ARCH = arch
+    if not apt_cache("show", "--no-all-versions", f"{ROOTS[0]}:{arch}").strip():
+        apt_update(arch)
     chosen = resolve(ROOTS)
-    lines = [HEADER.format(arch=ARCH)]
+    lines = [HEADER.format(arch=arch)]
     for name in sorted(chosen):
         f = chosen[name]
         lines.append(f"{name} {f['Version']} {f['Architecture']} {f['SHA256']}\n")
-    LOCK.write_text("".join(lines))
-    print(f"{LOCK}: {len(chosen)} packages")
+    LOCKS[arch].write_text("".join(lines))
+    print(f"{LOCKS[arch]}: {len(chosen)} packages")
+
+
+def write_qemu_lock() -> None:
+    global ARCH
+    ARCH = NATIVE
+    f = record(QEMU_PACKAGE)
+    if f is None:
+        raise SystemExit(f"lock_debs: no candidate for {QEMU_PACKAGE!r} (run apt-get update?)")
+    header = QEMU_HEADER.format(package=QEMU_PACKAGE)
+    QEMU_LOCK.write_text(
+        f"{header}{QEMU_PACKAGE} {f['Version']} {f['Architecture']} {f['SHA256']}\n"
+    )
+    print(f"{QEMU_LOCK}: {QEMU_PACKAGE} {f['Version']}")
+
+
+QEMU_HEADER = """\
+# Debian bookworm's {package} for the build machine (amd64), with its SHA-256: the emulator
+# the arm64 image's check runs (hack/image/qemu.py; never part of an image).
+# Generated by hack/image/lock_debs.py from the machine's configured apt sources; do not edit.
+# name version architecture sha256
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--arch", choices=sorted(LOCKS), action="append", help="default: all")
+    chosen = ap.parse_args(argv).arch
+    for arch in chosen or sorted(LOCKS):
+        write_lock(arch)
+    if not chosen:
+        write_qemu_lock()
     return 0
 
 

@@ -199,3 +199,64 @@ def test_a_locked_version_that_is_gone_names_the_refresh_command(
     assert "libfoo1=9" in str(err.value)
     assert str(err.value).endswith("python3 hack/image/lock_debs.py")
     assert ["apt-get", "download", "-q", "libfoo1:amd64=9"] in calls
+
+
+def test_the_arm64_locks_hold_the_same_packages_for_arm64() -> None:
+    """debs-arm64.lock has amd64's package names (arm64 or all builds of them); runtime-arm64.lock
+    has amd64's wheels at the same versions, each with its own hash."""
+    amd64 = build.TARGETS["amd64"]
+    arm64 = build.TARGETS["arm64"]
+    assert (amd64.debs_lock, amd64.runtime_lock) == (build.DEBS_LOCK, build.RUNTIME_LOCK)
+    debs = {n: (a, sha) for n, _, a, sha in build.read_debs_lock(arm64.debs_lock)}
+    debs_amd64 = {n: (a, sha) for n, _, a, sha in build.read_debs_lock(amd64.debs_lock)}
+    assert debs.keys() == debs_amd64.keys()
+    for name, (arch, sha) in debs.items():
+        assert arch == ("all" if debs_amd64[name][0] == "all" else "arm64"), name
+        assert (sha == debs_amd64[name][1]) == (arch == "all"), name
+
+    def wheels(lock: Path) -> dict[str, tuple[str, str]]:
+        found = re.findall(r"^(\S+)==(\S+) \\\n    --hash=sha256:(\w+)$", lock.read_text(), re.M)
+        return {name: (ver, sha) for name, ver, sha in found}
+
+    on_arm64, on_amd64 = wheels(arm64.runtime_lock), wheels(amd64.runtime_lock)
+    assert {n: v for n, (v, _) in on_arm64.items()} == {n: v for n, (v, _) in on_amd64.items()}
+    assert on_arm64["orjson"][1] != on_amd64["orjson"][1]  # a compiled wheel: its own build
+    assert "manylinux aarch64" in arm64.runtime_lock.read_text().splitlines()[0]
+    assert all("aarch64" in p for p in arm64.platform_args if p.startswith("--platform="))
+
+
+def test_arm64_debs_come_through_a_private_apt_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """amd64's apt-get download is the machine's own; arm64's sets the architecture and points
+    the lists, the dpkg status and the package cache into the cache, not at the host's."""
+    monkeypatch.setenv("AGENTSANDBOX_CACHE", str(tmp_path / "cache"))
+    calls: list[list[str]] = []
+
+    def fake_run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(list(argv))
+        if argv[0] == "apt-get" and "download" in argv:  # as apt-get does: the file in cwd
+            name, _, ver = argv[-1].partition("=")
+            pkg, arch = name.split(":")
+            (Path(kw["cwd"]) / build.deb_filename(pkg, ver, arch)).write_bytes(b"deb")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(build.subprocess, "run", fake_run)
+    sha = hashlib.sha256(b"deb").hexdigest()
+    build.fetch_debs([("libfoo1", "9", "arm64", sha)], tmp_path / "debs", "arm64")
+    (argv,) = calls
+    assert argv[0] == "apt-get" and argv[-2:] == ["-q", "libfoo1:arm64=9"]
+    opts = dict(o.split("=", 1) for o in argv[1:-3] if o != "-o")
+    state = tmp_path / "cache" / "image" / "apt-arm64"
+    assert opts["APT::Architecture"] == opts["APT::Architectures"] == "arm64"
+    assert opts["Dir::State"] == str(state / "state")
+    assert opts["Dir::State::status"] == str(state / "state" / "status")
+    assert opts["Dir::Cache"] == str(state / "cache")
+    assert build.lock_debs.apt_options("amd64") == []
+
+
+def test_the_emulator_lock_is_one_amd64_package() -> None:
+    (entry,) = build.read_debs_lock(IMAGE / "qemu.lock")
+    name, version, arch, sha = entry
+    assert (name, arch) == ("qemu-user-static", "amd64")
+    assert version and re.fullmatch(r"[0-9a-f]{64}", sha)
