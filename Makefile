@@ -21,7 +21,7 @@ help:
 	@echo "make test          the test suite: unit + integration (a real local control plane) + one fault test"
 	@echo "make test-faults   the whole fault suite (kills, restarts, network faults)"
 	@echo "make conformance   upstream v1.0.1's own e2e tests (hack/conformance/required.txt) against our controller"
-	@echo ".ci/run            everything CI runs: make lint, make test, make test-faults, make conformance, make release-check"
+	@echo ".ci/run            everything CI runs: make lint, make test, make test-faults, make conformance, make release-check, make image-arm64-check"
 	@echo "make cluster       start the local control plane in the background (.cluster/kubeconfig)"
 	@echo "make cluster-down  stop it"
 	@echo "make lint          ruff + mypy"
@@ -253,7 +253,7 @@ image-arm64: $(IMAGE_OCI_ARM64)
 # as 65532 through qemu-aarch64-static (Debian's qemu-user-static, locked in hack/image/qemu.lock,
 # unpacked into the cache: nothing is installed on the host), and a second build gives the same
 # digest (tests/image/test_image_arm64.py).
-image-arm64-check: image-arm64
+image-arm64-check: image-arm64 controlplane
 	QEMU_AARCH64=$$($(PY) hack/image/qemu.py) VERSION=$(IMAGE_VERSION) $(PYTEST) tests/image/test_image_arm64.py
 
 # ruff on every Python file of the repository (src, tests, bench, hack, and any to come), mypy --strict
