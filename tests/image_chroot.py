@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,32 @@ from tests.controller_process import becomes_ready
 
 UID = 65532
 KUBECONFIG = "/etc/agentsandbox/kubeconfig"
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def build_again(out: Path, version: str, *args: str) -> str:
+    """Build the image once more with ``hack/image/build.py`` (``args``: e.g. ``--arch arm64``)
+    into ``out/dist`` and ``out/work``, from the caches ``make image`` filled; its digest."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPOSITORY / "hack" / "image" / "build.py"),
+            *args,
+            "--dist",
+            str(out / "dist"),
+            "--work",
+            str(out / "work"),
+        ],
+        env=dict(os.environ, VERSION=version),
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip()
+
 
 #: (manifest, config, the layer's gzip bytes)
 Image = tuple[dict[str, Any], dict[str, Any], bytes]

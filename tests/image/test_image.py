@@ -11,8 +11,6 @@ inputs gives the same manifest digest.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +22,7 @@ from tests.image_chroot import (
     UID,
     Image,
     blobs,
+    build_again,
     controller_ready_in_chroot,
     read_only_rootfs,
     version_in_chroot,
@@ -89,21 +88,5 @@ def test_a_second_build_gives_the_same_digest(tmp_path: Path) -> None:
     """Over 30 s: the whole build again (about a minute: our wheel, the root filesystem, the
     bytecode, the gzip), from the caches `make image` filled, into a directory of its own."""
     expected = (ROOT / "dist" / "image.digest").read_text().strip()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "hack" / "image" / "build.py"),
-            "--dist",
-            str(tmp_path / "dist"),
-            "--work",
-            str(tmp_path / "work"),
-        ],
-        env=dict(os.environ, VERSION=version()),
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip() == expected
+    assert build_again(tmp_path, version()) == expected
     assert (tmp_path / "dist" / ARCHIVE.name).read_bytes() == ARCHIVE.read_bytes()
