@@ -175,6 +175,7 @@ KEY_NOTES: dict[str, str] = {
     "api.agents.x-k8s.io/v1alpha1-sandbox-state": "read only: no conversion webhook here",
     "api.agents.x-k8s.io/v1alpha1-sandboxclaim-state": "read only: no conversion webhook here",
     "agents.x-k8s.io/adoptable": "applied from the start (upstream's later fix)",
+    "agentsandbox.dev/cold-start": "annotation on a claim: marked before its cold create",
 }
 
 # -------------------------------------------------------------------------- upstream: reasons

@@ -13,6 +13,12 @@ be finished, not doubled:
 - a claim whose assignment was committed (the claim annotation ``agents.x-k8s.io/sandbox-name``)
   when the switch happened ends with that sandbox, when it was still there to finish;
 - the pool ends at its replicas, all Ready, and nothing is orphaned.
+
+When ours is first, the first two rules are judged on the claims ours had touched by the kill
+(written to, or served); upstream v1.0.1's controller can bind a claim it alone served twice by
+itself (a cold create after its 2 s wait for pod IPs, then an adoption read from a cache that
+did not yet show that create), which says nothing of what ours left: such claims are reported
+in the test's output, not judged.
 """
 
 from __future__ import annotations
@@ -50,6 +56,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
 from conformance import gotest
 
 ASSIGNED = "agents.x-k8s.io/sandbox-name"
+#: The claim annotations only a controller writes: a claim carrying one was touched by one.
+WRITTEN_BY_A_CONTROLLER = (
+    ASSIGNED,
+    "agents.x-k8s.io/controller-first-observed-at",
+    "agentsandbox.dev/cold-start",
+)
 REPLICAS = 20
 CLAIMS = 40
 KILL_AT_BOUND = 5
@@ -83,6 +95,17 @@ def _assigned(claim: dict[str, Any]) -> str:
 
 def _named(claim: dict[str, Any]) -> str:
     return str(((claim.get("status") or {}).get("sandbox") or {}).get("name") or "")
+
+
+def _touched(claim: dict[str, Any]) -> bool:
+    """A controller wrote the claim's status or one of its own annotations on it."""
+    annotations = claim["metadata"].get("annotations") or {}
+    labels = claim["metadata"].get("labels") or {}
+    return bool(
+        claim.get("status")
+        or ASSIGNED in labels
+        or any(key in annotations for key in WRITTEN_BY_A_CONTROLLER)
+    )
 
 
 async def _switch(
@@ -122,7 +145,8 @@ async def _switch(
                     for c in claims
                     if _assigned(c) and not _named(c)
                 }
-                at_kill.update(bound=bound, between=between, committed=committed)
+                touched = {c["metadata"]["name"] for c in claims if _touched(c)}
+                at_kill.update(bound=bound, between=between, committed=committed, touched=touched)
                 if bound >= CLAIMS or not (between or committed):
                     raise KillMissed(
                         f"{bound}/{CLAIMS} bound, {between} adopted but unnamed, "
@@ -141,19 +165,25 @@ async def _switch(
             finally:
                 side.cancel()
             claims = await wait_claims_ready(client, ns, names, 90)
-            served = await check_invariants(client, ns, claims)
+            # ours first: only what ours touched is judged (module docstring)
+            judged = names if first else set(at_kill["touched"])
+            served = await check_invariants(
+                client, ns, [c for c in claims if c["metadata"]["name"] in judged]
+            )
             await wait_ready_pool(client, ns, "pool", REPLICAS, within=90)
             await check_owned(client, ns)
             await history.caught_up()
         history.check()  # no sandbox ever had two claim owners
+        by_uid = {c["metadata"]["uid"]: c["metadata"]["name"] for c in claims}
+        assert set(by_uid.values()) == names
         doubled = {
-            claim: sorted(history.uids[sb] for sb in sandboxes)
+            by_uid.get(claim, claim): sorted(history.uids[sb] for sb in sandboxes)
             for claim, sandboxes in _sandboxes_per_claim(history).items()
             if len(sandboxes) > 1
         }
+        not_judged = {c: sbs for c, sbs in doubled.items() if c not in judged}
+        doubled = {c: sbs for c, sbs in doubled.items() if c in judged}
         assert not doubled, f"claims that controlled two sandboxes over time: {doubled}"
-        by_uid = {c["metadata"]["uid"]: c["metadata"]["name"] for c in claims}
-        assert set(by_uid.values()) == names
         uid_of = {name: uid for uid, name in by_uid.items()}
         unfinished = {
             claim: (assigned, served[claim])
@@ -161,10 +191,13 @@ async def _switch(
             if served[claim] != assigned and _finishable(history, assigned, uid_of[claim])
         }
         assert not unfinished, f"choices not finished (claim: (chosen, got)): {unfinished}"
-    return (
+    report = (
         f"{at_kill['bound']}/{CLAIMS} bound, {at_kill['between']} adopted but unnamed, "
         f"{len(at_kill['committed'])} committed but unnamed at the kill"
     )
+    if not_judged:
+        report += f"; bound twice by upstream's controller alone, not judged: {not_judged}"
+    return report
 
 
 def _sandboxes_per_claim(history: SandboxHistory) -> dict[str, set[str]]:

@@ -21,6 +21,8 @@ ANNOTATION_PROPAGATED_LABELS: Final = "agents.x-k8s.io/propagated-labels"
 ANNOTATION_PROPAGATED_ANNOTATIONS: Final = "agents.x-k8s.io/propagated-annotations"
 #: Annotation holding a JSON map of W3C trace headers (``{"traceparent": "00-…-01"}``).
 ANNOTATION_TRACE_CONTEXT: Final = "opentelemetry.io/trace-context"
+#: Ours (not upstream's): on a claim, the count of cold sandboxes its controller decided to make.
+ANNOTATION_COLD_START: Final = "agentsandbox.dev/cold-start"
 #: Annotations on a SandboxClaim: first-seen times (RFC 3339 with nanoseconds) for metrics.
 ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT: Final = "agents.x-k8s.io/controller-first-observed-at"
 ANNOTATION_WEBHOOK_FIRST_OBSERVED_AT: Final = "agents.x-k8s.io/webhook-first-observed-at"

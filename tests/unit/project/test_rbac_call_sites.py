@@ -84,9 +84,9 @@ UNRESOLVED: dict[tuple[str, str, str], tuple[tuple[str, str], ...]] = {
         ("", "pods"),
         ("", "services"),
     ),
-    # ClaimProvider.lookup: called with SANDBOX_WARM_POOLS and SANDBOX_TEMPLATES (the pool or
+    # resolve.lookup: called with SANDBOX_WARM_POOLS and SANDBOX_TEMPLATES (the pool or
     # template a claim names, read from the API when the cache misses it).
-    ("controllers/claim/act.py", "ClaimProvider.lookup", "get"): (
+    ("controllers/claim/resolve.py", "lookup", "get"): (
         ("extensions.agents.x-k8s.io", "sandboxwarmpools"),
         ("extensions.agents.x-k8s.io", "sandboxtemplates"),
     ),

@@ -6,7 +6,9 @@ claim controls is a duplicate, deleted); the pool sandbox the claim has chosen (
 assignment annotation), finished or cleared, never abandoned for another; one the controller-UID
 index shows, or this process made; else a pool sandbox, chosen on the claim first (the
 annotation, written with the claim's ``resourceVersion``) and then adopted by a merge patch
-carrying the sandbox's ``resourceVersion``; else a cold sandbox created from the template.
+carrying the sandbox's ``resourceVersion``; else a cold sandbox created from the template,
+once the claim is marked cold (:data:`.assignment.COLD_START`, written with the claim's
+``resourceVersion``): no other process adopts for a claim so marked.
 """
 
 from __future__ import annotations
@@ -20,18 +22,18 @@ from agentsandbox.api.conditions import is_sandbox_ready
 from agentsandbox.api.owners import controller_of
 from agentsandbox.api.resources import (
     SANDBOX_CLAIMS,
-    SANDBOX_TEMPLATES,
-    SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
 from agentsandbox.controllers.claim import metrics as claim_metrics
 from agentsandbox.controllers.claim import tracing
 from agentsandbox.controllers.claim.assignment import (
     ASSIGNED_SANDBOX,
+    COLD_START,
     ClaimChanged,
     ClaimPass,
     assignment,
-    flush,
+    cold_mark,
+    mark_cold,
     write_claim_metadata,
 )
 from agentsandbox.controllers.claim.candidates import SPREAD, CandidatePicker
@@ -50,23 +52,20 @@ from agentsandbox.controllers.claim.plan import (
     REASON_CREATE_PENDING,
     REASON_QUOTA_EXCEEDED,
     REASON_RECONCILER_ERROR,
-    REASON_TEMPLATE_NOT_FOUND,
-    REASON_WARM_POOL_NOT_FOUND,
     ClaimFailure,
-    Source,
     adoptable,
     claim_source,
     forces_cold_start,
     pick_kept,
     pool_owner,
 )
+from agentsandbox.controllers.claim.resolve import resolve
 from agentsandbox.controllers.claim.warm_index import WarmQueue
 from agentsandbox.controllers.common.served import ServedCounts
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import AlreadyExists, Conflict, Forbidden, KubeError, NotFound
 from agentsandbox.kube.events import EventRecorder
 from agentsandbox.kube.informer import Informer
-from agentsandbox.kube.resources import Resource
 from agentsandbox.kube.store import KubeObject
 
 __all__ = [
@@ -264,18 +263,22 @@ class ClaimProvider:
         )
         if problem is not None:
             raise ClaimFailure("InvalidMetadata", f"invalid additionalPodMetadata: {problem}")
-        template, pools = await self._resolve(claim, source)
+        template, pools = await resolve(
+            self.client, self.pools, self.templates, self.watches, claim, source
+        )
         chosen, from_label = assignment(claim)
         if chosen:
             done = await self._finish(cp, chosen, from_label, template, pools)
             if done is not None:
                 return done
         forced = forces_cold_start(claim)
-        if source.policy != POLICY_NONE and forced is None and pools:
+        # a claim marked cold may have its cold sandbox made by another process right now
+        may_adopt = not cold_mark(cp.claim) or cp.named_gone
+        if source.policy != POLICY_NONE and forced is None and pools and may_adopt:
             adopted = await self._adopt(cp, template, pools)
             if adopted is not None:
                 return adopted
-        await flush(self.client, cp)  # the first-observed time before anything the claim makes
+        await mark_cold(self.client, cp)  # with the first-observed time, before the create
         wanted = "" if forced else claim_metrics.wanted_pool(pools)  # a pool could serve it
         created = await self._create(cp.claim, template, wanted)
         if forced is not None and source.policy != POLICY_NONE and pools:
@@ -288,50 +291,6 @@ class ClaimProvider:
                 "Provisioning",
             )
         return created
-
-    async def lookup(
-        self, resource: Resource, informer: Informer, name: str, ns: str
-    ) -> KubeObject | None:
-        """From the cache, else from the API (a cache miss is not a 404 yet)."""
-        cached = informer.get(name, ns)
-        if cached is not None:
-            return cached
-        try:
-            return await self.client.get(resource, name, ns)
-        except NotFound:
-            return None
-
-    async def _resolve(
-        self, claim: KubeObject, source: Source
-    ) -> tuple[KubeObject, list[KubeObject]]:
-        """The template and the pools the claim may draw from."""
-        ns = claim["metadata"]["namespace"]
-        pool: KubeObject | None = None
-        template_name = source.template
-        if source.pool is not None:
-            pool = await self.lookup(SANDBOX_WARM_POOLS, self.pools, source.pool, ns)
-            if pool is None and source.by_pool_ref:
-                raise ClaimFailure(
-                    REASON_WARM_POOL_NOT_FOUND, f'SandboxWarmPool "{source.pool}" not found'
-                )
-            if source.by_pool_ref and pool is not None:
-                template_name = ((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get(
-                    "name"
-                )
-        template = (
-            await self.lookup(SANDBOX_TEMPLATES, self.templates, template_name, ns)
-            if template_name
-            else None
-        )
-        if template is None:
-            raise ClaimFailure(
-                REASON_TEMPLATE_NOT_FOUND, f'SandboxTemplate "{template_name or ""}" not found'
-            )
-        if source.policy == POLICY_NONE:
-            return template, []
-        if source.pool is not None:
-            return template, [pool] if pool is not None else []
-        return template, self.watches.pools_of_template(template)
 
     @tracing.adopt_span
     async def _adopt(
@@ -421,8 +380,12 @@ class ClaimProvider:
         carries (written by another pass) and whether it is the deprecated label.
         :class:`ClaimChanged` when the claim moved in a way this pass must look at again."""
         for _ in range(MAX_COMMIT_TRIES):
+            mark = cold_mark(cp.claim)  # a stale one (its sandbox gone) goes with this choice
+            choice: dict[str, str | None] = {ASSIGNED_SANDBOX: name}
+            if mark:
+                choice[COLD_START] = None
             try:
-                await write_claim_metadata(self.client, cp, {ASSIGNED_SANDBOX: name})
+                await write_claim_metadata(self.client, cp, choice)
                 return "", False
             except ClaimChanged:
                 pass
@@ -435,6 +398,8 @@ class ClaimProvider:
                 raise ClaimChanged("the claim was replaced")
             if ((fresh.get("status") or {}).get("sandbox") or {}).get("name"):
                 raise ClaimChanged("the claim's status names a sandbox now")
+            if cold_mark(fresh) != mark:
+                raise ClaimChanged("another pass serves the claim cold")
             chosen, from_label = assignment(fresh)
             annotations = fresh["metadata"].get("annotations") or {}
             cp.pending = {k: v for k, v in cp.pending.items() if k not in annotations}

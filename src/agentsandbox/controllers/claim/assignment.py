@@ -22,16 +22,26 @@ from agentsandbox.kube.store import KubeObject
 
 __all__ = [
     "ASSIGNED_SANDBOX",
+    "COLD_START",
     "ClaimChanged",
     "ClaimPass",
     "assignment",
+    "cold_mark",
     "flush",
+    "mark_cold",
     "write_claim_metadata",
 ]
 
 #: The claim annotation naming the pool sandbox the claim has chosen (and, deprecated, the
 #: label of the same key that upstream releases before v1.0.1 wrote).
 ASSIGNED_SANDBOX = keys.LABEL_SANDBOX_NAME
+
+#: Ours: the claim annotation a pass writes (with the claim's ``resourceVersion``) before it
+#: creates the claim's cold sandbox; its value counts those decisions ("1", "2", ...). A pass
+#: that reads it does not adopt from a pool while the sandbox it was written for may live, and
+#: a choice written over a claim that gained it is refused: a cold create and an adoption by two
+#: processes cannot both go ahead for one claim.
+COLD_START = keys.ANNOTATION_COLD_START
 
 
 class ClaimChanged(Exception):
@@ -64,6 +74,25 @@ def assignment(claim: KubeObject) -> tuple[str, bool]:
         return str(annotated), False
     labelled = (meta.get("labels") or {}).get(ASSIGNED_SANDBOX) or ""
     return str(labelled), bool(labelled)
+
+
+def cold_mark(claim: KubeObject) -> str:
+    """The claim's cold-start mark ("" if none)."""
+    return str(((claim.get("metadata") or {}).get("annotations") or {}).get(COLD_START) or "")
+
+
+async def mark_cold(client: Client, cp: ClaimPass) -> None:
+    """Record on the claim, before its cold sandbox is created, that this pass serves it cold
+    (with any pending annotations, in one write guarded by the claim's ``resourceVersion``).
+    Written anew (the count moved on) unless the claim already carries a mark made for a
+    sandbox that may live: a write that changes nothing would not move the
+    ``resourceVersion``, and a racing choice could still be written."""
+    mark = cold_mark(cp.claim)
+    if mark and not cp.named_gone:
+        await flush(client, cp)
+        return
+    count = int(mark) + 1 if mark.isdigit() else 1
+    await write_claim_metadata(client, cp, {COLD_START: str(count)})
 
 
 async def write_claim_metadata(
