@@ -44,7 +44,6 @@ Ready one is left; here such a claim is cold), the claim's own writes.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
 import functools
@@ -53,7 +52,6 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +69,7 @@ from agentsandbox.controllers.autoscaler.plan import (
 from agentsandbox.controllers.warmpool import plan as warmpool_plan
 from agentsandbox.controllers.warmpool.plan import Settings, Snapshot
 
+from .fastplan import fast_plan
 from .informer import Informed
 from .latency import Latency
 from .traces import Trace
@@ -106,50 +105,6 @@ READY_STATUS = {"conditions": [{"type": "Ready", "status": "True", "reason": "De
 PENDING_STATUS = {
     "conditions": [{"type": "Ready", "status": "False", "reason": "DependenciesNotReady"}]
 }
-
-
-@contextlib.contextmanager
-def fast_plan() -> Iterator[None]:
-    """Memoise the template hashes and timestamp parsing that plan() redoes on every pass."""
-    names = ("pod_template_hash", "sandbox_blueprint_hash", "parse_rfc3339", "build_blueprint")
-    saved = {n: getattr(warmpool_plan, n) for n in names}
-    memo: dict[tuple[str, int], Any] = {}
-
-    def hashed(name: str) -> Any:
-        real = saved[name]
-
-        def wrapper(obj: Any) -> Any:
-            key = (name, id(obj))  # the one template, never changed while simulating
-            if key not in memo:
-                memo[key] = real(obj)
-            return memo[key]
-
-        return wrapper
-
-    blueprints: dict[tuple[str, str, str, str | None], dict[str, Any]] = {}
-
-    def blueprint(
-        pool: Any, template: Any, pod_hash: str, blueprint_hash: str | None = None
-    ) -> dict[str, Any]:
-        # the pool's metadata and the template never change within a simulation
-        key = (pool["metadata"]["uid"], template["metadata"]["uid"], pod_hash, blueprint_hash)
-        if key not in blueprints:
-            blueprints[key] = saved["build_blueprint"](pool, template, pod_hash, blueprint_hash)
-        return blueprints[key]
-
-    fast = {
-        "build_blueprint": blueprint,
-        "pod_template_hash": hashed("pod_template_hash"),
-        "sandbox_blueprint_hash": hashed("sandbox_blueprint_hash"),
-        "parse_rfc3339": functools.lru_cache(maxsize=65536)(saved["parse_rfc3339"]),
-    }
-    for n, f in fast.items():
-        setattr(warmpool_plan, n, f)
-    try:
-        yield
-    finally:
-        for n, f in saved.items():
-            setattr(warmpool_plan, n, f)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -253,7 +208,14 @@ def default_policy() -> Policy:
 class Simulation:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self.rng = random.Random(f"sim-{cfg.seed}-{cfg.latency.name}")
+        # common random numbers (docs/autoscaling.md, "The simulator"): two runs of a trace
+        # draw the same time for claim i's cold start, for the refill replacing claim i's
+        # adoption (``replacing``: the claims waiting for theirs), for the n-th other create
+        self.draws, self.replacing, self.other_creates = (
+            f"sim-{cfg.seed}-{cfg.latency.name}",
+            deque[int](),
+            0,
+        )
         self.policy = cfg.policy or default_policy()
         self.window = (
             cfg.arrival_window if cfg.arrival_window is not None else self.policy.rate_window
@@ -307,6 +269,9 @@ class Simulation:
             self.ticks.add(k)
             self._push(k * TICK, RECONCILE, str(k))
 
+    def _draw(self, key: str) -> float:
+        return self.cfg.latency.draw(random.Random(f"{self.draws}-{key}"))
+
     def _account(self, t: float) -> None:
         """Integrate the idle pool up to ``t`` (only after the warm-up)."""
         start = max(self.last_t, self.cfg.warmup)
@@ -346,7 +311,12 @@ class Simulation:
             obj["status"] = PENDING_STATUS
         self.pending[uid] = None
         if not self.cfg.never_ready:
-            self._push(t + self.cfg.latency.draw(self.rng), READY, uid)
+            if self.replacing:
+                key = f"refill-{self.replacing.popleft()}"
+            else:
+                self.other_creates += 1
+                key = f"create-{self.other_creates}"
+            self._push(t + self._draw(key), READY, uid)
         if self.informed is not None:
             self.informed.sandbox_added(t, obj)
 
@@ -439,13 +409,14 @@ class Simulation:
             self._account(t)
             uid = next(iter(self.ready))
             self._remove(uid)
+            self.replacing.append(self.result.claims_all)
             self._enqueue(t)
             latency = WARM_LATENCY
             self.result.warm_all += 1
             if counted:
                 self.result.warm += 1
         else:
-            latency = cfg.latency.draw(self.rng)
+            latency = self._draw(f"cold-{self.result.claims_all}")
         if counted:
             self.result.claims += 1
             self.result.latencies.append(latency)

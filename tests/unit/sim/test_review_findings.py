@@ -23,13 +23,18 @@ def run(
 def test_a_sustained_step_keeps_its_size_and_its_warm_share() -> None:
     """Finding 1 (and 8): a step from 1/s to 5/s was read as a burst; when the "burst" ended the
     pool was cut to about 100 while about 480 were needed (81 % warm over the 30 minutes after
-    the step). The pool reaches the new size within the panic window and keeps it."""
+    the step). The pool reaches the new size within the panic window and keeps it.
+
+    The warm share over those 30 minutes includes the step's own transient (the claims that come
+    before the new members are Ready, 90 s on): over 12 seeds of the refill draws it is 95.4 to
+    96.0 % (95.7 to 96.1 % before the draws were keyed by what they are for, when this bound
+    was 96 % and passed on seed 1 alone), hence 95 %, far above the finding's 81 %."""
     arrivals = poisson(1.0, 0, 2400, 1) + poisson(5.0, 2400, 4200, 2)
     result = run(arrivals, 4200, warmup=2400)
     need = servers_for(5.0 * (90.0 + POLICY.refill_overhead), 0.99, 2000)
     settled = [replicas for t, replicas, _, _ in result.series if t >= 2400 + 180]
     assert min(settled) >= 0.95 * need, (min(settled), need)
-    assert result.warm_share >= 0.96
+    assert result.warm_share >= 0.95
 
 
 def test_one_off_spikes_at_irregular_gaps_are_not_held_forever() -> None:
@@ -58,10 +63,13 @@ def test_a_single_spike_makes_no_storm_of_sandboxes_deleted_before_ready() -> No
     Not a storm: at most the one scale-down after the panic. The pool deletes its not-Ready
     members first, and at 0.2 claims/s with a 90 s refill about 19 replacements are always
     being made, so a scale-down of k sandboxes under traffic deletes up to k of them; the
-    sandboxes the spike's panic added beyond the occupancy floor (about 16 here) are that k."""
+    sandboxes the spike's panic added beyond the occupancy floor (about 16 here) are that k.
+    How many of them are not yet Ready then depends on the refill draws: over 12 seeds 16 to 32
+    (17 to 26 before the draws were keyed by what they are for, when this bound was 20 and held
+    on seed 1), hence 40, against the finding's 100."""
     spike = [1800 + i * 0.05 for i in range(100)]
     result = run(poisson(0.2, 0, 3600, 8) + spike, 3600, warmup=600)
-    assert result.deletes_before_ready <= 20, result.deletes_before_ready
+    assert result.deletes_before_ready <= 40, result.deletes_before_ready
     assert max(replicas for t, replicas, _, _ in result.series if t > 1800) <= 150
 
 
