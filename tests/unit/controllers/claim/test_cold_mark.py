@@ -7,6 +7,7 @@ held just before its create while the second runs a whole pass."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from agentsandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
+from agentsandbox.kube.errors import Conflict, InternalError, KubeError
 from agentsandbox.kube.resources import Resource
 from tests.unit.controllers.claim.history import HistoryApi
 from tests.unit.controllers.claim.test_assignment_protocol import ready_status, status_name
@@ -153,3 +155,34 @@ async def test_a_cold_claim_is_marked_in_its_first_write_before_the_create(
     (seen,) = at_create
     assert seen[MARK] == "1"
     assert (keys.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT in seen) is annotations
+
+
+@pytest.mark.parametrize("fault", ["409", "5xx", "timeout_after_applied"])
+async def test_a_failed_mark_write_creates_nothing_and_the_next_pass_goes_cold_once(
+    fault: str,
+) -> None:
+    """The mark's claim write fails (the claim changed, a 5xx, or a timeout after the API applied
+    it): the pass creates nothing. The next pass marks the claim if the mark is not there (a
+    timed-out write may have landed: it is not written again, the count stays "1") and then
+    creates the one cold sandbox."""
+    api = HistoryApi()
+    h = Harness(api)
+    setup_pool(h, members=0)
+    h.add(SANDBOX_CLAIMS.plural, claim_v1beta1())
+    if fault == "409":
+        api.fail[("patch", SANDBOX_CLAIMS.plural)] = [
+            Conflict(409, "Conflict", "the object has been modified")
+        ]
+    elif fault == "5xx":
+        api.fail[("patch", SANDBOX_CLAIMS.plural)] = [InternalError(message="etcd timeout")]
+    else:
+        api.lose[("patch", SANDBOX_CLAIMS.plural)] = 1
+    with contextlib.suppress(KubeError):
+        await h.reconcile()
+    assert api.stored(SANDBOXES.plural, NS, "claim") is None, "no create after a failed mark"
+    h.sync()
+    await h.reconcile()
+    assert [sb["metadata"]["name"] for sb in h.owned_by(h.claim())] == ["claim"]
+    assert h.claim()["metadata"]["annotations"][MARK] == "1"
+    assert status_name(h) == "claim"
+    assert api.violations == []
