@@ -211,11 +211,9 @@ class Simulation:
         # common random numbers (docs/autoscaling.md, "The simulator"): two runs of a trace
         # draw the same time for claim i's cold start, for the refill replacing claim i's
         # adoption (``replacing``: the claims waiting for theirs), for the n-th other create
-        self.draws, self.replacing, self.other_creates = (
-            f"sim-{cfg.seed}-{cfg.latency.name}",
-            deque[int](),
-            0,
-        )
+        self.draws = f"sim-{cfg.seed}-{cfg.latency.name}"
+        self.replacing: deque[int] = deque()
+        self.other_creates = 0
         self.policy = cfg.policy or default_policy()
         self.window = (
             cfg.arrival_window if cfg.arrival_window is not None else self.policy.rate_window
