@@ -1014,6 +1014,29 @@ def autoscaler() -> tuple[Schema, Schema]:
                 },
                 "The claim arrivals of the last rate window, kept across restarts.",
             ),
+            "estimates": obj(
+                {
+                    "refillMeanSeconds": number(
+                        "Mean create-to-Ready time of the target's sandboxes, as measured.",
+                        minimum=0,
+                    ),
+                    "refillP99Seconds": number(
+                        "99th percentile of the create-to-Ready times, as measured.", minimum=0
+                    ),
+                    "refillKappa": number(
+                        "Peakedness factor of the refill times (1 for a constant refill).",
+                        minimum=0,
+                    ),
+                    "allowanceScale": number(
+                        "Correction of the cold-claim allowance from the realised warm share.",
+                        minimum=0,
+                    ),
+                    "scaleDownStretch": number(
+                        "Factor the scale-down window is stretched by after misses.", minimum=1
+                    ),
+                },
+                "What the sizing has measured and learnt, kept across restarts.",
+            ),
         },
         "Observed state of the SandboxWarmPoolAutoscaler.",
     )

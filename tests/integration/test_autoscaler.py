@@ -293,6 +293,10 @@ async def test_a_pool_grows_under_steady_claims_and_shrinks_after_the_window(
         # the arrival window is kept in the status (a restart takes it back), and the share of
         # the pool's claims the claim controller counted warm is reported beside the prediction
         assert sum(status["window"]["claims"]) >= 20, status["window"]
+        # so are the estimates a restart takes back (the CRD's schema keeps them, not prunes)
+        estimates = status["estimates"]
+        assert estimates["refillP99Seconds"] >= estimates["refillMeanSeconds"] > 0, estimates
+        assert estimates["allowanceScale"] >= 1 and estimates["scaleDownStretch"] >= 1
         assert 0.5 < status["realisedWarmShare"] <= 1
         assert 0 < status["predictedWarmShare"] <= 1
 

@@ -72,6 +72,7 @@ class Informed:
         self.memory = Memory()
         self.seeded = False
         self.persisted: ArrivalBins | None = None
+        self.estimates: dict[str, float] | None = None  # the status' estimates at the restart
         self.claims = 0
         # (created, deleted, uid) of recent claims, for a relist
         self.recent: deque[tuple[float, float, str]] = deque()
@@ -134,12 +135,14 @@ class Informed:
         self.windows.sandbox_deleted(sb)
 
     def restart(self, t: float, members: list[dict[str, Any]]) -> None:
-        """A new process at ``t``: empty memory, windows rebuilt from a relist."""
+        """A new process at ``t``: a new memory with what the status keeps (the window and the
+        estimates), windows rebuilt from a relist."""
         self.t = t
         self.windows = Windows(self.window, self._clock)
         # the window the previous process wrote to the autoscaler's status
         kept = self.memory.window
         self.persisted = None if kept is None else kept.copy()
+        self.estimates = self.memory.estimates()
         self.memory = Memory()
         self.seeded = False
         for created, deleted, uid in list(self.recent):
@@ -165,5 +168,5 @@ class Informed:
         )
         if not self.seeded:
             self.seeded = True
-            self.memory.restore(self.persisted, obs.now, replicas)
+            self.memory.restore(self.persisted, obs.now, replicas, self.estimates)
         return obs

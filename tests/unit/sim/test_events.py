@@ -52,10 +52,13 @@ def test_restart_relists_live_claims_and_takes_back_the_kept_window() -> None:
     result = sim.run()
     assert result.restarts == 1
     assert sim.informed is not None
-    # the first pass after the restart: the current size held as a recommendation; no refill
-    # sample yet (the relisted members are not measured), so no recommendation of its own
-    assert len(sim.memory.recommendations) == 1
-    assert sim.memory.refill_mean is None
+    # the first pass after the restart: the current size held as a recommendation, and one
+    # of its own on the refill time the status kept (the relisted members are not measured;
+    # the kept one is used until one kept p99 has passed)
+    assert len(sim.memory.recommendations) == 2
+    assert sim.memory.recommendations[0] == (sim.memory.recommendations[1][0], sim.replicas)
+    assert sim.memory.refill_mean == pytest.approx(1.0, abs=0.01)
+    assert sim.memory.refill_until == pytest.approx(600.05 + sim.memory.refill_p99, abs=0.01)
     # the relist shows the claims alive at 600.05 s: created after 600.05 - 120 - latency
     seen = sim.informed.windows.arrivals_for([KEY])
     assert seen and min(seen) - EPOCH >= 470.0

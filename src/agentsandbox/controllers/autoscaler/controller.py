@@ -411,10 +411,9 @@ class AutoscalerReconciler:
             # before any scale-down, as if it had recommended it, and takes back the arrival
             # window a previous process kept in the status (the claims deleted since are in it)
             memory.seeded = True
-            kept = ArrivalBins.from_status(
-                (autoscaler.get("status") or {}).get("window"), self.bin_width
-            )
-            memory.plan.restore(kept, obs.now, scale.replicas)
+            kept_status = autoscaler.get("status") or {}
+            kept = ArrivalBins.from_status(kept_status.get("window"), self.bin_width)
+            memory.plan.restore(kept, obs.now, scale.replicas, kept_status.get("estimates"))
         tripped = memory.plan.breaker_since
         policy = policy_of(spec, self.settings)
         decision = decide(obs, policy, memory.plan)
@@ -445,6 +444,7 @@ class AutoscalerReconciler:
             active,
             shared_template=shared,
             window=None if window is None else window.to_status(before=obs.now),
+            estimates=memory.plan.estimates(),
         )
         if verdict.write is None:
             written = await self._write_status(autoscaler, memory, status_in, now_text)

@@ -15,7 +15,9 @@ has them:
   observed);
 - the **panic** estimate: the claims of the last ``panic_window`` seconds. When it is far above
   the stable one (a rise no Poisson noise explains) the autoscaler *panics* for
-  ``panic_hold`` seconds: it sizes on the higher of the two, and never scales down. A short
+  ``panic_hold`` seconds: it sizes on the higher of the two, and never scales down while the
+  rise goes on (until the claims of ``settle_window`` are significantly fewer than the panic's
+  highest rate predicts: a burst that ended; it then sizes as without a panic). A short
   window over-states a burst shorter than the refill time, so the panic load is capped at the
   claims of the last refill time (``max(T, panic_window)`` seconds).
 
@@ -64,7 +66,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from agentsandbox.controllers.autoscaler.behavior import (
     DEFAULT_SCALE_DOWN,
@@ -79,6 +81,7 @@ from agentsandbox.controllers.autoscaler.behavior import (
     limit,
 )
 from agentsandbox.controllers.autoscaler.feedback import steer_allowance
+from agentsandbox.controllers.autoscaler.memory import ESTIMATE_BOUNDS, Memory, parse_estimates
 from agentsandbox.controllers.autoscaler.policy import Policy
 from agentsandbox.controllers.autoscaler.queueing import (
     erlang_b,
@@ -135,44 +138,6 @@ class Observation:
     pool_progressing: bool = True
     pool_condition: str = ""  # the pool's Ready reason and message, for the decision's message
     last_ready_age: float | None = None
-
-
-@dataclass
-class Memory:
-    """Kept by the caller between decisions; starts empty."""
-
-    recommendations: list[tuple[float, int]] = field(default_factory=list)
-    changes: list[tuple[float, int]] = field(default_factory=list)  # (when, replicas delta)
-    first_seen: float | None = None  # earliest time observed (first decision or arrival)
-    last_decision: float | None = None
-    refill_mean: float | None = None  # last measured (kept when the samples run out)
-    refill_p99: float | None = None
-    refill_kappa: float = 1.0  # ∫S² / ∫S of the refill times (peakedness of the slots)
-    restored: ArrivalBins | None = None  # the window a previous process kept (status)
-    window: ArrivalBins | None = None  # the window of the last decision (to persist)
-    panic_until: float | None = None
-    regime_start: float | None = None  # the last significant change of rate
-    last_panic: float | None = None
-    hold: float = 1.0  # the feedback's stretch of the scale-down window
-    served_last: tuple[int, int] | None = None  # the served totals of the last decision
-    served_warm: float = 0.0  # exponentially weighted served claims (feedback_horizon)
-    served_cold: float = 0.0
-    allowance_scale: float = 1.0  # the realised share's correction of the allowance
-    counted_bin: int = -(2**62)  # the last closed bin added to the grouping statistics
-    group_claims: float = 0.0  # exponentially weighted claims and squares (group_horizon)
-    group_squares: float = 0.0
-    trend_bin: int | None = None  # the bin the trend was last tested in, and its result
-    trend: float = 0.0
-    breaker_since: float | None = None  # when the circuit breaker tripped (None: not tripped)
-
-    def restore(self, window: ArrivalBins | None, now: float, replicas: int) -> None:
-        """A new process: the window from the status, the current size held as a
-        recommendation (a restart never shrinks the pool)."""
-        self.restored = window
-        self.recommendations.append((now, replicas))
-        if window is not None and window.claims:
-            start = window.first * window.width
-            self.first_seen = start if self.first_seen is None else min(self.first_seen, start)
 
 
 @dataclass(frozen=True)
@@ -269,7 +234,8 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     if obs.arrivals:
         memory.first_seen = min(memory.first_seen, min(obs.arrivals))
 
-    if obs.refill_seconds:
+    if obs.refill_seconds and (memory.refill_until is None or now >= memory.refill_until):
+        memory.refill_until = None
         memory.refill_mean = sum(obs.refill_seconds) / len(obs.refill_seconds)
         memory.refill_p99 = percentile(obs.refill_seconds, 0.99)
         memory.refill_kappa = slot_kappa(obs.refill_seconds)
@@ -342,9 +308,12 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     panic_span = max(now - max(pstart, memory.first_seen), min(policy.bin_width, panic_span))
     panic_rate = panic_claims / panic_span
     expected = rate * panic_span
+    was_panicking = memory.panic_until is not None and now < memory.panic_until
     if stable_span > panic_span and significantly_above(
         panic_claims, expected, dispersion, policy.panic_sigmas
     ):
+        if not was_panicking or memory.panic_settled:
+            memory.panic_peak, memory.panic_settled = 0.0, False
         memory.panic_until = now + policy.panic_hold
         memory.last_panic = now
         memory.regime_start = now - panic_span
@@ -361,6 +330,19 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     panicking = memory.panic_until is not None and now < memory.panic_until
     if not panicking:
         memory.panic_until = None
+    # a panic's rise is over when the claims of the last settle_window are significantly fewer
+    # than its highest rate predicts (a burst that ended; a step goes on at that rate): the
+    # panic then neither sizes on its load nor holds the size (it still marks a new regime,
+    # and the stabilisation window keeps the floor's recommendations); it stays over until
+    # the next rise starts a panic again
+    if panicking and not memory.panic_settled:
+        memory.panic_peak = max(memory.panic_peak, panic_rate)
+        recent_claims, _, _, rstart = bins.total(now - policy.settle_window)
+        recent_span = max(now - rstart, bins.width)
+        memory.panic_settled = significantly_below(
+            recent_claims, memory.panic_peak * recent_span, dispersion
+        )
+    rising = panicking and not memory.panic_settled
     z = 1.0
     if stable_claims:
         # less the pairs Poisson arrivals make by chance (a claim within group_gap of the
@@ -369,6 +351,11 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         z = 1.0 + memory.refill_kappa * max(0.0, dispersion - 1.0 - chance)
 
     allowance = 1.0 - target
+    # within the policy's bounds (a kept value may come from another policy)
+    memory.allowance_scale = min(
+        max(memory.allowance_scale, policy.feedback_min), policy.feedback_max
+    )
+    memory.hold = min(max(memory.hold, 1.0), max(policy.hold_max, 1.0))
     if obs.served_total is not None:
         # only the claims of settled periods count (not while the rate changes — a panic, a
         # new regime — nor before a whole stable window was observed)
@@ -425,7 +412,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     # the size without a panic: what the stabilisation window keeps (a panic's size is not kept
     # past the panic when the occupancy is counted: the rise it answered is in the floor by then)
     calm = min(max(hayward_servers(load, z, target, hi), floor, lo), hi)
-    if panicking:
+    if rising:
         # the panic load, at most the claims of the last refill time (a burst shorter than the
         # refill needs no more sandboxes than it has claims), unless the floor covers them
         recent, _, _, _ = bins.total(now - max(refill, policy.panic_window))
@@ -465,7 +452,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     wanted = rec
     if wanted < current:
         wanted = min(current, stable)
-        if panicking:
+        if rising:
             wanted = current
     # rate limits (HPA behavior)
     longest = max(
@@ -492,7 +479,8 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     )
     parts = [
         f"claims {rate:.3g}/s over {stable_span:.0f}s ({panic_rate:.3g}/s over the last "
-        f"{panic_span:.0f}s{', panicking' if panicking else ''}), {timing}: offered load "
+        f"{panic_span:.0f}s{', panicking' if rising else ', panic settling' if panicking else ''})"
+        f", {timing}: offered load "
         f"{load:.3g}"
         + (f" of peakedness {z:.2f}" if z > 1.0 else "")
         + f", {need} sandboxes for a {target:.2%} target"
@@ -520,7 +508,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     elif limited:
         reason = REASON_RATE_LIMITED
         parts.append(f"recommends {rec}; rate limits keep {current}")
-    elif rec < current and panicking:
+    elif rec < current and rising:
         reason = REASON_PANICKING
         parts.append(f"recommends {rec}; holding {current} while panicking")
     elif rec < current:
@@ -553,6 +541,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
 __all__ = [
     "DEFAULT_SCALE_DOWN",
     "DEFAULT_SCALE_UP",
+    "ESTIMATE_BOUNDS",
     "PERCENT",
     "PODS",
     "SELECT_DISABLED",
@@ -571,6 +560,7 @@ __all__ = [
     "hayward_blocking",
     "hayward_servers",
     "occupancy_span",
+    "parse_estimates",
     "servers_for",
     "slot_kappa",
 ]

@@ -22,6 +22,9 @@ class Policy:
     panic_hold: float = 300.0  # seconds panic lasts after its last trigger
     drift_window: float = 300.0  # seconds of claims a slower change of rate is detected over
     panic_sigmas: float = 4.0  # how far above the stable rate the panic window must be
+    # seconds of claims that tell a panic's rise is over: fewer than the panic's highest rate
+    # predicts (a burst that ended, not a step that goes on)
+    settle_window: float = 20.0
     group_gap: float = 0.05  # seconds: claims this close to a group's first join the group
     group_horizon: float = 7200.0  # seconds the grouping of arrivals is measured over
     # seconds of claims whose occupancy quantile (the smallest static pool that met the target

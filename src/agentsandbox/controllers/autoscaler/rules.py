@@ -173,6 +173,7 @@ class StatusInput:
     # the SharedTemplate condition's message (None: no other autoscaled pool on the template)
     shared_template: str | None = None
     window: Mapping[str, Any] | None = None  # the arrival window to keep (ArrivalBins.to_status)
+    estimates: Mapping[str, Any] | None = None  # the estimates to keep (Memory.estimates)
 
 
 def build_status(
@@ -210,6 +211,10 @@ def build_status(
         out["window"] = dict(given.window)
     elif before.get("window") is not None:
         out["window"] = before["window"]
+    if given.estimates is not None:
+        out["estimates"] = dict(given.estimates)
+    elif before.get("estimates") is not None:
+        out["estimates"] = before["estimates"]
     last_scaled = given.last_scaled
     if last_scaled is None and isinstance(before.get("lastScaledReplicas"), int):
         last_scaled = before["lastScaledReplicas"]

@@ -25,6 +25,7 @@ from agentsandbox.controllers.autoscaler.plan import (
     Rules,
     decide,
     erlang_b,
+    occupancy_span,
     servers_for,
 )
 from tests.unit.arrivals import poisson
@@ -230,16 +231,70 @@ def test_a_sustained_step_is_never_cut_while_it_lasts() -> None:
     assert not any(d.reason == REASON_SCALED_DOWN and d.panicking for _, d in log)
 
 
-def test_no_scale_down_while_panicking() -> None:
-    """A rise no Poisson noise explains starts a panic; while it lasts the size never goes down,
-    even when the recommendation does."""
-    arrivals = sorted(poisson(0.5, 0, 3600, 6) + [3600 + i * 0.2 for i in range(150)])
-    log = run(arrivals, 1800, 4500, 30.0)
+def test_no_scale_down_while_a_panics_rise_goes_on() -> None:
+    """A rise no Poisson noise explains starts a panic; while the rise goes on (the claims of
+    the last settle_window as many as the panic's rate predicts: a step from 0.5/s to 5/s)
+    the size never goes down, even when the recommendation does."""
+    arrivals = sorted(poisson(0.5, 0, 3600, 6) + poisson(5.0, 3600, 3900, 7))
+    log = run(arrivals, 1800, 3900, 30.0, every=5.0)
     panics = [(t, d) for t, d in log if d.panicking]
     assert panics and panics[0][0] <= 3600 + 15
+    assert not any("panic settling" in d.message for _, d in panics)
     sizes = [d.replicas for _, d in panics]
     assert all(b >= a for a, b in itertools.pairwise(sizes))
     assert any(d.recommended < d.replicas for _, d in panics)
+
+
+def run_counted(
+    arrivals: list[float], start: float, end: float, refill: float, every: float = 5.0
+) -> list[tuple[float, Decision]]:
+    """As the controller does it: the window's bins kept as claims come, their occupancy
+    counted over the refill time (so the occupancy floor takes part)."""
+    memory = Memory()
+    bins = ArrivalBins(UNLIMITED.bin_width)
+    pending = sorted(arrivals)
+    out = []
+    current = 1
+    now = start
+    i = 0
+    while now <= end:
+        while i < len(pending) and pending[i] <= now:
+            bins.add(pending[i], UNLIMITED.group_gap)
+            i += 1
+        obs = Observation(now, (), [refill] * 50, current, bins=bins)
+        d = decide(obs, UNLIMITED, memory)
+        bins.span = occupancy_span(UNLIMITED, memory)
+        out.append((now, d))
+        current = d.replicas
+        now += every
+    return out
+
+
+def test_a_panic_whose_rise_is_over_gives_back_its_load() -> None:
+    """A burst like one seen 10 minutes before (60 claims in 10 s on 0.5/s, 60 s refill) starts
+    a panic whose load is sized by Erlang-B above what the occupancy floor (the bursts seen)
+    asks. Once the claims of the last settle_window are significantly fewer than the panic's
+    highest rate predicts, the panic neither sizes on that load nor holds the size: the pool
+    goes back to the floor while the panic lasts. Before the rule it stayed at the panic's
+    peak for the whole panic_hold (300 s)."""
+    burst = [3000 + i / 6 for i in range(60)] + [3600 + i / 6 for i in range(60)]
+    arrivals = sorted(poisson(0.5, 0, 4200, 6) + burst)
+    log = run_counted(arrivals, 0, 4200, 60.0)
+    peak = max(d.replicas for t, d in log if 3600 <= t <= 3640)
+    after = [(t, d) for t, d in log if 3610 + UNLIMITED.settle_window + 20 <= t <= 3600 + 200]
+    assert after and all(d.panicking for _, d in after)
+    assert "panic settling" in after[-1][1].message
+    assert max(d.replicas for _, d in after) < peak
+
+
+def test_a_step_is_a_rise_that_goes_on() -> None:
+    """A sustained step (1/s to 5/s) never settles its panic: the claims of the last
+    settle_window keep up with the panic's rate, so the panic holds and sizes on its load."""
+    arrivals = sorted(poisson(1.0, 0, 3600, 4) + poisson(5.0, 3600, 7200, 5))
+    log = run(arrivals, 1800, 4200, 90.0)
+    panics = [d for t, d in log if d.panicking]
+    assert panics
+    assert not any("panic settling" in d.message for d in panics)
 
 
 def test_poisson_noise_does_not_panic() -> None:

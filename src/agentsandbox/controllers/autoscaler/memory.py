@@ -1,0 +1,109 @@
+"""Warm-pool autoscaler: what a decision keeps between passes (:class:`Memory`), and the part of
+it the autoscaler's status keeps across a restart (``status.window``: the arrival bins;
+``status.estimates``: what the sizing measured and learnt)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from agentsandbox.controllers.autoscaler.window import ArrivalBins
+
+
+@dataclass
+class Memory:
+    """Kept by the caller between decisions; starts empty."""
+
+    recommendations: list[tuple[float, int]] = field(default_factory=list)
+    changes: list[tuple[float, int]] = field(default_factory=list)  # (when, replicas delta)
+    first_seen: float | None = None  # earliest time observed (first decision or arrival)
+    last_decision: float | None = None
+    refill_mean: float | None = None  # last measured (kept when the samples run out)
+    refill_p99: float | None = None
+    refill_kappa: float = 1.0  # ∫S² / ∫S of the refill times (peakedness of the slots)
+    restored: ArrivalBins | None = None  # the window a previous process kept (status)
+    window: ArrivalBins | None = None  # the window of the last decision (to persist)
+    panic_until: float | None = None
+    regime_start: float | None = None  # the last significant change of rate
+    last_panic: float | None = None
+    hold: float = 1.0  # the feedback's stretch of the scale-down window
+    served_last: tuple[int, int] | None = None  # the served totals of the last decision
+    served_warm: float = 0.0  # exponentially weighted served claims (feedback_horizon)
+    served_cold: float = 0.0
+    allowance_scale: float = 1.0  # the realised share's correction of the allowance
+    counted_bin: int = -(2**62)  # the last closed bin added to the grouping statistics
+    group_claims: float = 0.0  # exponentially weighted claims and squares (group_horizon)
+    group_squares: float = 0.0
+    trend_bin: int | None = None  # the bin the trend was last tested in, and its result
+    trend: float = 0.0
+    breaker_since: float | None = None  # when the circuit breaker tripped (None: not tripped)
+    panic_peak: float = 0.0  # the highest panic rate since the panic's rise began (claims/s)
+    panic_settled: bool = False  # the panic's rise is over (until the next rise)
+    refill_until: float | None = None  # a kept refill time is used until then (restore)
+
+    def restore(
+        self,
+        window: ArrivalBins | None,
+        now: float,
+        replicas: int,
+        estimates: Mapping[str, object] | None = None,
+    ) -> None:
+        """A new process: the window and the estimates from the status, the current size held
+        as a recommendation (a restart never shrinks the pool). A kept refill time is used
+        until one kept p99 has passed: the members created after the restart that are Ready by
+        then are the fast ones only, so their mean would under-state the refill time."""
+        self.restored = window
+        self.recommendations.append((now, replicas))
+        if window is not None and window.claims:
+            start = window.first * window.width
+            self.first_seen = start if self.first_seen is None else min(self.first_seen, start)
+        kept = parse_estimates(estimates)
+        mean, p99 = kept.get("refillMeanSeconds"), kept.get("refillP99Seconds")
+        if mean is not None and p99 is not None and self.refill_mean is None:
+            self.refill_mean, self.refill_p99 = mean, p99
+            self.refill_kappa = min(kept.get("refillKappa", 1.0), 1.0)
+            self.refill_until = now + p99
+        if "allowanceScale" in kept:
+            self.allowance_scale = kept["allowanceScale"]
+        if "scaleDownStretch" in kept:
+            self.hold = max(kept["scaleDownStretch"], 1.0)
+
+    def estimates(self) -> dict[str, float]:
+        """What a new process takes back from the status (:meth:`restore`), rounded so that
+        the status changes only when one of them does."""
+        out: dict[str, float] = {}
+        if self.refill_mean is not None and self.refill_p99 is not None:
+            out["refillMeanSeconds"] = round(self.refill_mean, 2)
+            out["refillP99Seconds"] = round(self.refill_p99, 2)
+            out["refillKappa"] = round(self.refill_kappa, 3)
+        out["allowanceScale"] = round(self.allowance_scale, 3)
+        out["scaleDownStretch"] = round(self.hold, 2)
+        return out
+
+
+#: the estimates the status keeps: name -> (lowest, highest) accepted
+ESTIMATE_BOUNDS: dict[str, tuple[float, float]] = {
+    "refillMeanSeconds": (0.0, 86400.0),
+    "refillP99Seconds": (0.0, 86400.0),
+    "refillKappa": (0.0, 1.0),
+    "allowanceScale": (0.0, 100.0),
+    "scaleDownStretch": (1.0, 1000.0),
+}
+
+
+def parse_estimates(data: object) -> dict[str, float]:
+    """The estimates a previous process wrote (:meth:`Memory.estimates`); a value missing, not
+    a number or out of bounds is left out (the decision measures it again)."""
+    if not isinstance(data, Mapping):
+        return {}
+    out: dict[str, float] = {}
+    for name, (lo, hi) in ESTIMATE_BOUNDS.items():
+        v = data.get(name)
+        number = isinstance(v, int | float) and not isinstance(v, bool)
+        if number and math.isfinite(v) and lo <= v <= hi:  # type: ignore[arg-type, operator]
+            out[name] = float(v)  # type: ignore[arg-type]
+    for name in ("refillMeanSeconds", "refillKappa"):  # a mean or a factor of 0 is no measure
+        if out.get(name, 1.0) <= 0:
+            del out[name]
+    return out
