@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,23 +14,10 @@ from agentsandbox.sim import latency, traces
 from agentsandbox.sim.__main__ import main
 from agentsandbox.sim.engine import EPOCH, Config, Simulation, simulate
 from agentsandbox.sim.report import HEADER
+from tests.unit.latencies import Fixed
 
 KEY = "sim/pool/pool"
 POOL = "sim/pool"
-
-
-@dataclass(frozen=True)
-class Fixed:
-    """Every create -> Ready takes ``seconds``."""
-
-    seconds: float
-    name: str = "fixed"
-
-    def draw(self, rng: random.Random) -> float:
-        return self.seconds
-
-    def mean(self) -> float:
-        return self.seconds
 
 
 def regular(start: float, stop: float, every: float, duration: float) -> traces.Trace:

@@ -5,8 +5,6 @@ correction from the realised warm share and the scale-down window's stretch."""
 from __future__ import annotations
 
 import math
-import random
-from dataclasses import dataclass
 
 import pytest
 
@@ -23,6 +21,7 @@ from agentsandbox.controllers.autoscaler.rules import StatusInput, build_status
 from agentsandbox.sim import traces
 from agentsandbox.sim.engine import Config, Simulation
 from tests.unit.arrivals import poisson
+from tests.unit.latencies import Fixed
 
 POLICY = Policy(min_replicas=1, max_replicas=2000, target_warm_share=0.99)
 
@@ -114,20 +113,6 @@ def test_the_status_keeps_the_estimates_and_a_pass_without_them_carries_them_ove
     assert out["estimates"] == kept
     again, _ = build_status(out, StatusInput(1, 4, None, ok, ok), "now")
     assert again["estimates"] == kept
-
-
-@dataclass(frozen=True)
-class Fixed:
-    """Every create -> Ready takes ``seconds``."""
-
-    seconds: float
-    name: str = "fixed"
-
-    def draw(self, rng: random.Random) -> float:
-        return self.seconds
-
-    def mean(self) -> float:
-        return self.seconds
 
 
 def test_the_simulated_restart_hands_the_estimates_to_the_new_process() -> None:
