@@ -1,0 +1,32 @@
+"""The other side of tests/release_artifacts/test_image_rootfs.py: run where the effective user
+is not root, that module skips every test with its declared reason (NOT_ROOT, tests/conftest.py)
+and the run passes. CI runs as root, so the module is run here in a user namespace
+(``unshare --user``: the effective UID is 65534 there, file access unchanged); run as another
+user, it is run as that user."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import NOT_ROOT
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = "tests/release_artifacts/test_image_rootfs.py"
+
+
+def test_the_rootfs_module_skips_with_its_declared_reason_when_not_root() -> None:
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", MODULE]
+    if os.geteuid() == 0:
+        command = ["unshare", "--user", *command]
+    run = subprocess.run(
+        command, cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=240
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out
+    assert "2 skipped" in out, out
+    assert out.count(f"declared: {MODULE}::") == 2, out
+    assert NOT_ROOT in out, out
+    assert "passed" not in out.splitlines()[-1], out
