@@ -1,7 +1,8 @@
 """The autoscaler's decision is cheap (autoscaler review finding 13: decide() took about 1 s per
 pass at 1000 claims/s on the shared event loop). No control plane: it times the pure decision
-on the window the controller keeps (per-bin counts), with the machine's real clock (which unit
-tests may not read)."""
+on the window the controller keeps (per-bin counts), with the process's CPU clock (which unit
+tests may not read): the work of a decision, not how long other processes on a busy CI machine
+keep it waiting (the wall clock once read 7.3 ms there for a pass that takes 0.8 ms)."""
 
 from __future__ import annotations
 
@@ -35,12 +36,12 @@ def test_a_decision_is_cheap_at_1000_claims_per_second() -> None:
     memory = Memory()
     obs = Observation(now, [], [30.0] * 500, 20_000, bins=bins)
     decide(obs, POLICY, memory)
-    best = min(_timed(lambda: decide(obs, POLICY, memory)) for _ in range(20))
+    best = min(_timed(lambda: decide(obs, POLICY, memory)) for _ in range(50))
     assert best < 0.005, best
     assert len(bins.claims) <= POLICY.rate_window / POLICY.bin_width + 1
 
 
 def _timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
+    start = time.process_time()
     fn()
-    return time.perf_counter() - start
+    return time.process_time() - start
