@@ -62,7 +62,7 @@ class Memory:
         mean, p99 = kept.get("refillMeanSeconds"), kept.get("refillP99Seconds")
         if mean is not None and p99 is not None and self.refill_mean is None:
             self.refill_mean, self.refill_p99 = mean, p99
-            self.refill_kappa = min(kept.get("refillKappa", 1.0), 1.0)
+            self.refill_kappa = kept.get("refillKappa", 1.0)  # within (0, 1]: parse_estimates
             self.refill_until = now + p99
         if "allowanceScale" in kept:
             self.allowance_scale = kept["allowanceScale"]
