@@ -24,11 +24,12 @@ has them:
 **The occupancy floor.** A claim's *occupancy* is the number of claims within one refill time
 up to it (itself included): the slots a static pool would have busy as it comes. A static pool of
 ``N`` serves warm the claims of occupancy at most ``N``, so the ``target`` quantile of the recent
-claims' occupancies (``occupancy_window``, stretched with the scale-down window) is the smallest
-static pool that would have met the target over them, whatever their shape: bursts shorter than
-any rate window, groups. Less what that quantile over-states for Poisson claims at the stable
-load (Erlang-B's size is below the Poisson quantile: a cold claim frees no slot), it floors the
-size. Counted per bin as the window sees claims (:class:`ArrivalBins`), kept in the status.
+claims' occupancies (``occupancy_window``, stretched with the scale-down window up to the
+claims the window holds) is the smallest static pool that would have met the target over them,
+whatever their shape: bursts shorter than any rate window, groups. Less what that quantile
+over-states for Poisson claims at the stable load (Erlang-B's size is below the Poisson
+quantile: a cold claim frees no slot), it floors the size. Counted per bin as the window sees
+claims (:class:`ArrivalBins`), kept in the status.
 
 **Grouped arrivals** (claims created together, as parallel rollouts do) raise the variance of the
 load at the same mean. Claims less than ``group_gap`` seconds apart form a group; the window keeps
@@ -390,7 +391,10 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     # recent claims, whatever their shape (bursts shorter than the panic window, groups), less
     # what it over-states for Poisson claims (a cold claim frees no slot: Erlang-B's size is
     # below the Poisson quantile)
-    since = max(now - policy.occupancy_window * memory.hold, memory.first_seen)
+    # (the claims the window still holds: the stretch reaches no further back than rate_window)
+    since = max(
+        now - policy.occupancy_window * memory.hold, memory.first_seen, bins.first * bins.width
+    )
     occupied = occupancy_floor(bins, since, 1.0 - target)
     if occupied:
         base = rate * refill

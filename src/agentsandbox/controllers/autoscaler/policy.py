@@ -28,7 +28,8 @@ class Policy:
     group_gap: float = 0.05  # seconds: claims this close to a group's first join the group
     group_horizon: float = 7200.0  # seconds the grouping of arrivals is measured over
     # seconds of claims whose occupancy quantile (the smallest static pool that met the target
-    # over them) floors the size; stretched with the scale-down window by the feedback
+    # over them) floors the size; stretched with the scale-down window by the feedback, up to the
+    # rate_window of claims kept
     occupancy_window: float = 1800.0
     # added to the measured create -> Ready time: the work queue's coalescing and the create call
     # before the create is timed (the slot is busy from the adoption, not from the create)

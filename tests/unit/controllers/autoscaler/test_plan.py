@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 
 import pytest
 
@@ -386,3 +387,23 @@ def test_the_window_survives_a_status_round_trip() -> None:
         )
         is None
     )
+
+
+def test_the_floor_message_gives_the_seconds_of_claims_the_window_holds() -> None:
+    """The occupancy floor counts the claims of the bins the window keeps (at most
+    ``rate_window`` seconds), whatever the feedback's stretch of the scale-down window: the
+    message gives those seconds. It once gave the stretched span (4 x 1800 s here, 7200 s),
+    claims the window no longer held."""
+    now = 10_000.0
+    burst = [t0 + i / 6 for t0 in range(3000, 10_000, 600) for i in range(60)]
+    bins = ArrivalBins(UNLIMITED.bin_width)
+    bins.span = 60.0 + UNLIMITED.refill_overhead
+    for t in sorted(poisson(0.5, 0, now, 9) + burst):
+        bins.add(t, UNLIMITED.group_gap)
+    memory = Memory()
+    memory.first_seen = 0.0
+    memory.hold = 4.0
+    d = decide(Observation(now, (), [60.0] * 50, 60, bins=bins), UNLIMITED, memory)
+    counted = re.search(r"the claims' occupancy over the last (\d+)s", d.message)
+    assert counted is not None, d.message
+    assert float(counted.group(1)) <= UNLIMITED.rate_window
