@@ -395,7 +395,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     since = max(
         now - policy.occupancy_window * memory.hold, memory.first_seen, bins.first * bins.width
     )
-    occupied = occupancy_floor(bins, since, 1.0 - target)
+    occupied = occupancy_floor(bins, since, 1.0 - target, current, policy.floor_sigmas)
     if occupied:
         base = rate * refill
         if memory.regime_start is not None and now - memory.regime_start < policy.panic_hold:

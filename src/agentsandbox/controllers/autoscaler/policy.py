@@ -31,6 +31,9 @@ class Policy:
     # over them) floors the size; stretched with the scale-down window by the feedback, up to the
     # rate_window of claims kept
     occupancy_window: float = 1800.0
+    # how far (standard deviations of their count) the claims the current size would have
+    # served cold must be above the allowance before the occupancy floor rises above it
+    floor_sigmas: float = 2.0
     # added to the measured create -> Ready time: the work queue's coalescing and the create call
     # before the create is timed (the slot is busy from the adoption, not from the create)
     refill_overhead: float = 0.05

@@ -230,11 +230,19 @@ class ArrivalBins:
         return cls(width, first, [*claims], [*squares], [*largest], occupancy=occupancy)
 
 
-def occupancy_floor(bins: ArrivalBins, since: float, allowance: float) -> int:
+def occupancy_floor(
+    bins: ArrivalBins, since: float, allowance: float, current: int = 0, sigmas: float = 0.0
+) -> int:
     """The smallest static pool whose claims of the bins from ``since`` on would have been served
     cold at most ``allowance`` of the time: the claims of occupancy above it are at most that
     share of those counted, and at least one may be (a single coincidence among few claims is
-    chance); 0: none counted."""
+    chance); 0: none counted.
+
+    With ``sigmas`` and the pool's ``current`` size, the floor is above ``current`` only when
+    the claims ``current`` would have served cold are significantly more than the allowance
+    (``sigmas`` standard deviations of their count): the tail of a quantile over a few hundred
+    claims moves with chance, and a floor that followed it would step the pool up and down
+    around a size that serves the target."""
     k0 = max(math.floor(since / bins.width), bins.first)
     total: dict[int, int] = {}
     for h in bins.occupancy[k0 - bins.first :]:
@@ -244,12 +252,19 @@ def occupancy_floor(bins: ArrivalBins, since: float, allowance: float) -> int:
     if not counted:
         return 0
     allowed = max(allowance * counted, 1.0)  # one claim is chance, not a reason for a slot
+    cap = None
+    if sigmas > 0 and current > 0:
+        over = sum(n for b, n in total.items() if bucket_value(b) > current)
+        if not significantly_above(over, allowed, 1.0, sigmas):
+            cap = current
+    floor = 0
     above = 0
     for b in sorted(total, reverse=True):
         if above + total[b] > allowed:
-            return bucket_value(b)
+            floor = bucket_value(b)
+            break
         above += total[b]
-    return 0
+    return floor if cap is None else min(floor, cap)
 
 
 def group_floor(bins: ArrivalBins, since: float, allowed: float) -> int:

@@ -5,6 +5,7 @@ step with the bins, and safe — a static pool of that size meets the target on 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -209,3 +210,43 @@ def test_a_drop_is_judged_by_the_noise_of_the_count_expected() -> None:
     assert significantly_below(10, 30.0)
     # a halving of a busier rate is a drop
     assert significantly_below(60, 120.0)
+
+
+def _histogram(counts: dict[int, int]) -> ArrivalBins:
+    """One bin whose claims have the given occupancies (occupancy: claims)."""
+    h: dict[int, int] = {}
+    for c, n in counts.items():
+        h[occupancy_bucket(c)] = h.get(occupancy_bucket(c), 0) + n
+    return ArrivalBins(10.0, 0, [sum(counts.values())], [0], [1], occupancy=[h])
+
+
+def test_the_floor_rises_above_the_pool_only_on_significantly_more_cold_claims() -> None:
+    """14 claims of 1014 with occupancy 5 where 10 are allowed cold: the 99 % quantile is 5,
+    but 14 against 10 is chance (2 standard deviations of the count are about 8 claims), so a
+    pool of 4 is not raised by the floor; 30 such claims are not chance, and raise it. With
+    no size given (or no test asked) the floor is the quantile as before."""
+    chance = _histogram({5: 14, 1: 1000})
+    assert occupancy_floor(chance, 0.0, 0.01) == 5
+    assert occupancy_floor(chance, 0.0, 0.01, current=4, sigmas=2.0) == 4
+    assert occupancy_floor(chance, 0.0, 0.01, current=6, sigmas=2.0) == 5  # never above
+    assert occupancy_floor(chance, 0.0, 0.01, current=4, sigmas=0.0) == 5
+    many = _histogram({5: 30, 1: 1000})
+    assert occupancy_floor(many, 0.0, 0.01, current=4, sigmas=2.0) == 5
+
+
+def test_a_pool_serving_its_target_is_not_stepped_up_by_a_chance_tail() -> None:
+    """The decision gives the floor the pool's size and the policy's test (``floor_sigmas``):
+    over 100 bins of 10 claims, 14 with occupancy 5 where 10 are allowed, a pool of 4 is kept
+    at 4; without the test the floor asks for a fifth sandbox."""
+    tail = [{1: 10}] * 93 + [{1: 8, 5: 2}] * 7
+    hists = [{occupancy_bucket(c): n for c, n in h.items()} for h in tail]
+    bins = ArrivalBins(10.0, 0, [10] * 100, [10] * 100, [1] * 100, occupancy=hists)
+    policy = Policy(min_replicas=1, max_replicas=100, target_warm_share=0.99)
+
+    def size(p: Policy) -> int:
+        memory = Memory()
+        memory.first_seen = 0.0
+        return decide(Observation(1000.0, (), [0.2] * 50, 4, bins=bins), p, memory).replicas
+
+    assert size(policy) == 4
+    assert size(dataclasses.replace(policy, floor_sigmas=0.0)) == 5
