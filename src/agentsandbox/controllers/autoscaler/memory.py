@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agentsandbox.controllers.autoscaler.window import ArrivalBins
+from agentsandbox.controllers.autoscaler.window import ArrivalBins, LongWindow
 
 
 @dataclass
@@ -35,6 +35,7 @@ class Memory:
     counted_bin: int = -(2**62)  # the last closed bin added to the grouping statistics
     group_claims: float = 0.0  # exponentially weighted claims and squares (group_horizon)
     group_squares: float = 0.0
+    long: LongWindow = field(default_factory=LongWindow)  # the claims of the long_horizon
     trend_bin: int | None = None  # the bin the trend was last tested in, and its result
     trend: float = 0.0
     breaker_since: float | None = None  # when the circuit breaker tripped (None: not tripped)

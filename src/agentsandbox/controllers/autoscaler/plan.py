@@ -12,7 +12,9 @@ Erlang-B size of the offered load of the recent claims, from two windows as Knat
 has them:
 
 - the **stable** estimate: the claims of the last ``stable_window`` seconds (at most what was
-  observed);
+  observed); while they are consistent with the **long** rate (:class:`LongWindow`, the claims
+  of ``long_horizon`` seconds exponentially weighted) and nothing rises, the long rate, so that
+  a steady load is not sized on the chance of one window;
 - the **panic** estimate: the claims of the last ``panic_window`` seconds. When it is far above
   the stable one (a rise no Poisson noise explains) the autoscaler *panics* for
   ``panic_hold`` seconds: it sizes on the higher of the two, and never scales down while the
@@ -292,6 +294,9 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     # enough claims were seen
     decay = math.exp(-bins.width / policy.group_horizon)
     current_bin = math.floor(now / bins.width)
+    memory.long.count(
+        bins, max(memory.counted_bin + 1, bins.first), current_bin, policy.long_horizon
+    )
     for k in range(max(memory.counted_bin + 1, bins.first), current_bin):
         i = k - bins.first
         if i >= len(bins.claims):
@@ -381,6 +386,23 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         )
     trend = 0.0 if panicking else memory.trend
     ahead = rate
+    # a steady load: the long horizon's rate when the window's claims are consistent with it
+    # (the rate of a 30-minute window of a few dozen claims moves by a fifth with chance, and
+    # an Erlang-B size on the edge of a step with it)
+    long_rate = memory.long.rate()
+    steady = (
+        not panicking
+        and trend <= 0
+        and memory.long.span > stable_span
+        and not significantly_above(
+            stable_claims, long_rate * stable_span, dispersion, policy.floor_sigmas
+        )
+        and not significantly_below(
+            stable_claims, long_rate * stable_span, dispersion, policy.floor_sigmas
+        )
+    )
+    if steady:
+        ahead = long_rate
     if trend > 0:
         # from the rate of the last drift_window (at most), its middle to a refill time ahead
         recent, _, _, rstart = bins.total(max(now - policy.drift_window, begin))
@@ -395,7 +417,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     since = max(
         now - policy.occupancy_window * memory.hold, memory.first_seen, bins.first * bins.width
     )
-    occupied = occupancy_floor(bins, since, 1.0 - target, current, policy.floor_sigmas)
+    occupied = occupancy_floor(bins, since, 1.0 - target, current, policy.floor_sigmas, dispersion)
     if occupied:
         base = rate * refill
         if memory.regime_start is not None and now - memory.regime_start < policy.panic_hold:
@@ -484,7 +506,8 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     parts = [
         f"claims {rate:.3g}/s over {stable_span:.0f}s ({panic_rate:.3g}/s over the last "
         f"{panic_span:.0f}s{', panicking' if rising else ', panic settling' if panicking else ''})"
-        f", {timing}: offered load "
+        + (f", steady at {long_rate:.3g}/s over {policy.long_horizon:.0f}s" if steady else "")
+        + f", {timing}: offered load "
         f"{load:.3g}"
         + (f" of peakedness {z:.2f}" if z > 1.0 else "")
         + f", {need} sandboxes for a {target:.2%} target"

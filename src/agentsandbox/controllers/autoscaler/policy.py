@@ -34,6 +34,10 @@ class Policy:
     # how far (standard deviations of their count) the claims the current size would have
     # served cold must be above the allowance before the occupancy floor rises above it
     floor_sigmas: float = 2.0
+    # seconds the long rate weighs claims over: a stationary load is sized on hours of claims
+    # rather than on the chance of the last window, while the window's claims are consistent
+    # with it (floor_sigmas standard deviations of their count)
+    long_horizon: float = 7200.0
     # added to the measured create -> Ready time: the work queue's coalescing and the create call
     # before the create is timed (the slot is busy from the adoption, not from the create)
     refill_overhead: float = 0.05

@@ -231,7 +231,12 @@ class ArrivalBins:
 
 
 def occupancy_floor(
-    bins: ArrivalBins, since: float, allowance: float, current: int = 0, sigmas: float = 0.0
+    bins: ArrivalBins,
+    since: float,
+    allowance: float,
+    current: int = 0,
+    sigmas: float = 0.0,
+    dispersion: float = 1.0,
 ) -> int:
     """The smallest static pool whose claims of the bins from ``since`` on would have been served
     cold at most ``allowance`` of the time: the claims of occupancy above it are at most that
@@ -240,9 +245,10 @@ def occupancy_floor(
 
     With ``sigmas`` and the pool's ``current`` size, the floor is above ``current`` only when
     the claims ``current`` would have served cold are significantly more than the allowance
-    (``sigmas`` standard deviations of their count): the tail of a quantile over a few hundred
-    claims moves with chance, and a floor that followed it would step the pool up and down
-    around a size that serves the target."""
+    (``sigmas`` standard deviations of their count, whose noise is that of arrivals of index
+    of ``dispersion``: claims that come in groups are served cold in groups): the tail of a
+    quantile over a few hundred claims moves with chance, and a floor that followed it would
+    step the pool up and down around a size that serves the target."""
     k0 = max(math.floor(since / bins.width), bins.first)
     total: dict[int, int] = {}
     for h in bins.occupancy[k0 - bins.first :]:
@@ -255,7 +261,7 @@ def occupancy_floor(
     cap = None
     if sigmas > 0 and current > 0:
         over = sum(n for b, n in total.items() if bucket_value(b) > current)
-        if not significantly_above(over, allowed, 1.0, sigmas):
+        if not significantly_above(over, allowed, dispersion, sigmas):
             cap = current
     floor = 0
     above = 0
@@ -265,6 +271,41 @@ def occupancy_floor(
             break
         above += total[b]
     return floor if cap is None else min(floor, cap)
+
+
+@dataclass
+class LongWindow:
+    """The claims of the last hours, exponentially weighted per closed bin (``horizon``
+    seconds): their count and the seconds counted. Kept in memory only (a new process counts
+    the window it restores, then goes on)."""
+
+    span: float = 0.0
+    claims: float = 0.0
+
+    def add(self, claims: int, width: float, decay: float) -> None:
+        """One closed bin of ``width`` seconds (``decay``: the weight a bin keeps per bin)."""
+        self.span = self.span * decay + width
+        self.claims = self.claims * decay + claims
+
+    def fade(self, factor: float) -> None:
+        """Bins passed uncounted: every weight times ``factor``."""
+        self.span *= factor
+        self.claims *= factor
+
+    def count(self, bins: ArrivalBins, begin: int, end: int, horizon: float) -> None:
+        """The bins ``begin`` to ``end`` (excluded) of ``bins``, empty ones too, weighted over
+        ``horizon`` seconds; those more than five horizons before ``end`` only fade."""
+        decay = math.exp(-bins.width / horizon)
+        reach = end - math.ceil(5 * horizon / bins.width)
+        if begin < reach:
+            self.fade(decay ** (reach - begin))
+            begin = reach
+        for k in range(begin, end):
+            i = k - bins.first
+            self.add(bins.claims[i] if 0 <= i < len(bins.claims) else 0, bins.width, decay)
+
+    def rate(self) -> float:
+        return self.claims / self.span if self.span > 0 else 0.0
 
 
 def group_floor(bins: ArrivalBins, since: float, allowed: float) -> int:

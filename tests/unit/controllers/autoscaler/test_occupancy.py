@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from typing import Any
 
 import pytest
 
+from agentsandbox.controllers.autoscaler import plan as plan_module
 from agentsandbox.controllers.autoscaler.plan import Decision, Memory, Observation, decide
 from agentsandbox.controllers.autoscaler.policy import Policy
 from agentsandbox.controllers.autoscaler.queueing import servers_for
 from agentsandbox.controllers.autoscaler.source import Windows
 from agentsandbox.controllers.autoscaler.window import (
     ArrivalBins,
+    LongWindow,
     bucket_value,
     occupancy_bucket,
     occupancy_floor,
@@ -250,3 +253,71 @@ def test_a_pool_serving_its_target_is_not_stepped_up_by_a_chance_tail() -> None:
 
     assert size(policy) == 4
     assert size(dataclasses.replace(policy, floor_sigmas=0.0)) == 5
+
+
+def test_claims_that_come_in_groups_are_cold_in_groups_and_the_floor_test_says_so() -> None:
+    """30 claims of 1030 with occupancy 5 where 10 are allowed cold raise a pool of 4 when the
+    claims come one by one; when they come in groups of 8 (index of dispersion 8) the same 30
+    are about four groups, which chance explains: the pool of 4 is kept."""
+    many = _histogram({5: 30, 1: 1000})
+    assert occupancy_floor(many, 0.0, 0.01, current=4, sigmas=2.0) == 5
+    assert occupancy_floor(many, 0.0, 0.01, current=4, sigmas=2.0, dispersion=8.0) == 4
+    far = _histogram({5: 80, 1: 1000})
+    assert occupancy_floor(far, 0.0, 0.01, current=4, sigmas=2.0, dispersion=8.0) == 5
+
+
+def test_the_long_window_weighs_every_closed_bin_empty_ones_too() -> None:
+    """The long window's rate is its weighted claims over its weighted seconds: an empty bin
+    lowers it as a bin with claims raises it; bins no pass counted fade it all at once."""
+    long = LongWindow()
+    assert long.rate() == 0.0
+    long.add(10, 10.0, 0.5)
+    assert long.rate() == pytest.approx(1.0)
+    long.add(0, 10.0, 0.5)
+    assert long.rate() == pytest.approx(5.0 / 15.0)
+    long.fade(0.5)
+    assert long.rate() == pytest.approx(5.0 / 15.0)
+    assert (long.claims, long.span) == (pytest.approx(2.5), pytest.approx(7.5))
+
+
+def test_grouped_claims_do_not_step_the_pool_up_on_a_chance_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Groups of 32 claims at 0.005 groups/s on 0.5 claims/s, 60 s refill. The claims a pool
+    would serve cold come a group at a time, so their count is as noisy as the groups' (the
+    measured index of dispersion), not as single claims'. The decision's floor test says so:
+    over the last two of three hours the pool is smaller on average (92 against 95 here), and
+    its largest size lower (113 against 123), than when the same test counts the cold claims
+    as single ones (the decision before this rule)."""
+    refill = 60.0
+    rng = random.Random(5)
+    groups = [rng.uniform(0, 10_800) for _ in range(54)]
+    times = sorted(poisson(0.5, 0, 10_800, 6) + [g for g in groups for _ in range(32)])
+    policy = Policy(min_replicas=1, max_replicas=1000, target_warm_share=0.99)
+
+    def sizes() -> list[int]:
+        bins = ArrivalBins(policy.bin_width, span=refill + policy.refill_overhead)
+        memory = Memory()
+        memory.first_seen = 0.0
+        out, i, current = [], 0, 40
+        for now in range(30, 10_800, 30):
+            while i < len(times) and times[i] <= now:
+                bins.add(times[i], policy.group_gap)
+                i += 1
+            bins.trim(now, policy.rate_window)
+            obs = Observation(float(now), (), [refill] * 50, current, bins=bins.copy())
+            current = decide(obs, policy, memory).replicas
+            if now >= 3600:
+                out.append(current)
+        return out
+
+    grouped = sizes()
+    real = plan_module.occupancy_floor
+
+    def single(*args: Any, **kwargs: Any) -> int:
+        return real(*args[:5])  # the same test, the claims counted one by one
+
+    monkeypatch.setattr(plan_module, "occupancy_floor", single)
+    counted_singly = sizes()
+    assert sum(grouped) < 0.98 * sum(counted_singly), (sum(grouped), sum(counted_singly))
+    assert max(grouped) < max(counted_singly)

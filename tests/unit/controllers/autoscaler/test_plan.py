@@ -407,3 +407,33 @@ def test_the_floor_message_gives_the_seconds_of_claims_the_window_holds() -> Non
     counted = re.search(r"the claims' occupancy over the last (\d+)s", d.message)
     assert counted is not None, d.message
     assert float(counted.group(1)) <= UNLIMITED.rate_window
+
+
+def test_a_steady_load_is_sized_on_the_long_horizons_rate() -> None:
+    """At 0.016 claims/s a 30-minute window holds about 29 claims, whose rate moves by a fifth
+    with chance, and the Erlang-B size (6 for the 94 s refill) with it, between 5 and 8. While
+    the window's claims are consistent with the long horizon's rate (2 h, exponentially
+    weighted), the size is that rate's: over five seeds, after 2 h, the size is 6 on at least
+    65 % of the passes (71 % here; 53 % when sized on the window's rate alone)."""
+    at_size = total = 0
+    for seed in range(1, 6):
+        arrivals = sorted(poisson(0.016, 0, 14_400, seed))
+        log = run(arrivals, 0, 14_400, 94.0, every=30.0)
+        late = [d for t, d in log if t >= 7200]
+        assert any("steady at" in d.message for d in late)
+        at_size += sum(d.replicas == 6 for d in late)
+        total += len(late)
+    assert at_size / total >= 0.65, at_size / total
+
+
+def test_a_step_the_long_horizon_has_not_caught_up_with_is_sized_on_the_window() -> None:
+    """A step from 1/s to 1.6/s (too small to panic on) is inconsistent with the long horizon's
+    rate for hours: the size follows the window's rate, within 5 % of Erlang-B's size at the
+    new rate from ten minutes after the step, and no pass calls the load steady."""
+    need = servers_for(1.6 * (30.0 + UNLIMITED.refill_overhead), 0.99, 1000)
+    for seed in range(1, 4):
+        arrivals = sorted(poisson(1.0, 0, 7200, seed) + poisson(1.6, 7200, 10_800, seed + 10))
+        log = run(arrivals, 0, 10_800, 30.0, every=30.0)
+        after = [d for t, d in log if t >= 7200 + 600]
+        assert min(d.replicas for d in after) >= 0.95 * need
+        assert not any("steady at" in d.message for d in after)
