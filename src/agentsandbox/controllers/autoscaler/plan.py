@@ -102,6 +102,7 @@ from agentsandbox.controllers.autoscaler.window import (
     occupancy_floor,
     significantly_above,
     significantly_below,
+    significantly_off,
 )
 from agentsandbox.controllers.autoscaler.window import trend as trend_of
 
@@ -294,10 +295,9 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     # enough claims were seen
     decay = math.exp(-bins.width / policy.group_horizon)
     current_bin = math.floor(now / bins.width)
-    memory.long.count(
-        bins, max(memory.counted_bin + 1, bins.first), current_bin, policy.long_horizon
-    )
-    for k in range(max(memory.counted_bin + 1, bins.first), current_bin):
+    uncounted = max(memory.counted_bin + 1, bins.first)  # the first closed bin not yet counted
+    memory.long.count(bins, uncounted, current_bin, policy.long_horizon)
+    for k in range(uncounted, current_bin):
         i = k - bins.first
         if i >= len(bins.claims):
             break
@@ -329,9 +329,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         # a slower change (a ramp): the last drift_window against the regime's rate, both ways
         drift_claims, _, _, dstart = bins.total(now - policy.drift_window)
         drift_expected = rate * (now - dstart)
-        if significantly_above(drift_claims, drift_expected, dispersion) or significantly_below(
-            drift_claims, drift_expected, dispersion
-        ):
+        if significantly_off(drift_claims, drift_expected, dispersion):
             memory.regime_start = dstart
     panicking = memory.panic_until is not None and now < memory.panic_until
     if not panicking:
@@ -394,10 +392,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         not panicking
         and trend <= 0
         and memory.long.span > stable_span
-        and not significantly_above(
-            stable_claims, long_rate * stable_span, dispersion, policy.floor_sigmas
-        )
-        and not significantly_below(
+        and not significantly_off(
             stable_claims, long_rate * stable_span, dispersion, policy.floor_sigmas
         )
     )

@@ -358,3 +358,12 @@ def significantly_below(
     of dispersion hardly explains. The noise is that of the expected count (the rate unchanged),
     not of the lower one observed, which would call chance dips drops."""
     return count < expected - sigmas * (math.sqrt(dispersion * expected) + dispersion)
+
+
+def significantly_off(
+    count: float, expected: float, dispersion: float = 1.0, sigmas: float = 3.0
+) -> bool:
+    """``count`` is :func:`significantly_above` or :func:`significantly_below` ``expected``."""
+    return significantly_above(count, expected, dispersion, sigmas) or significantly_below(
+        count, expected, dispersion, sigmas
+    )
