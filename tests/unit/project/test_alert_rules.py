@@ -96,6 +96,18 @@ def test_the_pool_churn_alert_fires_when_deletes_before_ready_are_a_large_share_
     assert "{{ $labels.pool }}" in rule["annotations"]["summary"]
 
 
+def test_the_pool_churn_alert_leaves_out_pools_shrunk_between_scheduled_bursts() -> None:
+    """A pool whose autoscaler learnt a schedule of bursts deletes the members being made after
+    each burst on purpose (about half of what it creates when few claims come between
+    bursts): the churn alert leaves out the pools whose learnt period is above 0."""
+    expr = " ".join(alerts()["AgentSandboxWarmPoolChurn"]["expr"].split())
+    assert re.search(
+        r"unless on \(namespace, pool\) max by \(namespace, pool\) "
+        r"\(agent_sandbox_warmpool_autoscaler_burst_period_seconds\) > 0\s*$",
+        expr,
+    ), expr
+
+
 def test_the_autoscaler_stalled_alert_fires_per_autoscaler_while_its_breaker_is_tripped() -> None:
     """Issue: a tripped circuit breaker (the pool's members never become Ready) alerts, per
     autoscaler, from the decisions counted under the breaker's reasons."""

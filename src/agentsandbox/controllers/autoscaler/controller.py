@@ -421,7 +421,7 @@ class AutoscalerReconciler:
             self.claim_keys_of(req.namespace, str(ref.get("name"))),
             occupancy_span(policy, memory.plan),
         )
-        record(req.namespace, req.name, decision, scale.replicas)
+        record(req.namespace, req.name, decision, scale.replicas, str(ref.get("name")))
         if decision.stalled and memory.plan.breaker_since != tripped:
             # the circuit breaker tripped in this pass: one Warning per trip
             self._emit(autoscaler, "Warning", decision.reason, decision.message)

@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from agentsandbox.controllers.autoscaler.cycle import Bursts
 from agentsandbox.controllers.autoscaler.window import ArrivalBins, LongWindow
 
 
@@ -42,6 +43,7 @@ class Memory:
     panic_peak: float = 0.0  # the highest panic rate since the panic's rise began (claims/s)
     panic_settled: bool = False  # the panic's rise is over (until the next rise)
     refill_until: float | None = None  # a kept refill time is used until then (restore)
+    bursts: Bursts = field(default_factory=Bursts)  # the panics' rises and their schedule
 
     def restore(
         self,

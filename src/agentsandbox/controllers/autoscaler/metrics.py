@@ -3,7 +3,9 @@
 Per autoscaler, labelled ``(namespace, autoscaler)``: the last decision's sizes (desired, and
 recommended before stabilisation and rate limits), its predicted and realised warm shares,
 whether it panics, the measured peakedness and the measured inputs it used (claim arrival rate,
-refill time), the target's ``spec.replicas`` as read, and the decisions taken by reason. The
+refill time), the target's ``spec.replicas`` as read, and the decisions taken by reason; and,
+labelled ``(namespace, autoscaler, pool)``, the period of the bursts' schedule it learnt (the
+pool churn alert leaves out the pools it shrinks between bursts on purpose). The
 reconciler calls :func:`record` after each decision and :func:`remove_series` once the autoscaler
 is gone, so label values are only those of autoscalers that exist; ``reason`` is one of the
 decision reasons of :mod:`.plan` or ``other``. A pass that decides nothing (an ambiguous or
@@ -17,7 +19,7 @@ from typing import Final
 
 from prometheus_client import Counter, Gauge
 
-from agentsandbox.controllers.autoscaler import plan
+from agentsandbox.controllers.autoscaler import decision
 from agentsandbox.controllers.autoscaler.plan import Decision
 from agentsandbox.kube import metrics as kube_metrics
 
@@ -74,6 +76,15 @@ ARRIVAL_RATE = Gauge(
     _LABELS,
     registry=_R,
 )
+BURST_PERIOD = Gauge(
+    _PREFIX + "burst_period_seconds",
+    "The period of the bursts of claims the autoscaler learnt for its pool (between bursts it "
+    "shrinks the pool, deleting members being made); 0: no schedule",
+    (*_LABELS, "pool"),
+    registry=_R,
+)
+#: the pool each autoscaler's burst_period series names (its scaleTargetRef when recorded)
+_POOLS: dict[tuple[str, str], str] = {}
 REFILL = Gauge(
     _PREFIX + "refill_seconds",
     "The mean create -> Ready time the last decision used (with the refill overhead)",
@@ -89,18 +100,18 @@ DECISIONS = Counter(
 
 #: The decision reasons of :mod:`.plan`; any other is counted as :data:`OTHER`.
 REASONS: Final = (
-    plan.REASON_NO_DATA,
-    plan.REASON_BOOTSTRAP,
-    plan.REASON_SCALED_UP,
-    plan.REASON_SCALED_DOWN,
-    plan.REASON_HOLDING,
-    plan.REASON_PANICKING,
-    plan.REASON_RATE_LIMITED,
-    plan.REASON_AT_MINIMUM,
-    plan.REASON_AT_MAXIMUM,
-    plan.REASON_STEADY,
-    plan.REASON_MEMBERS_NEVER_READY,
-    plan.REASON_POOL_NOT_READY,
+    decision.REASON_NO_DATA,
+    decision.REASON_BOOTSTRAP,
+    decision.REASON_SCALED_UP,
+    decision.REASON_SCALED_DOWN,
+    decision.REASON_HOLDING,
+    decision.REASON_PANICKING,
+    decision.REASON_RATE_LIMITED,
+    decision.REASON_AT_MINIMUM,
+    decision.REASON_AT_MAXIMUM,
+    decision.REASON_STEADY,
+    decision.REASON_MEMBERS_NEVER_READY,
+    decision.REASON_POOL_NOT_READY,
 )
 OTHER: Final = "other"
 _GAUGES: Final = (
@@ -121,8 +132,15 @@ def reason_label(reason: str) -> str:
     return reason if reason in REASONS else OTHER
 
 
-def record(namespace: str, name: str, decision: Decision, current: int) -> None:
-    """One decision of autoscaler ``namespace/name``; ``current``: the target's replicas read."""
+def record(namespace: str, name: str, decision: Decision, current: int, pool: str = "") -> None:
+    """One decision of autoscaler ``namespace/name``; ``current``: the target's replicas read;
+    ``pool``: the target pool's name."""
+    before = _POOLS.get((namespace, name))
+    if before is not None and before != pool:
+        with contextlib.suppress(KeyError):
+            BURST_PERIOD.remove(namespace, name, before)
+    _POOLS[(namespace, name)] = pool
+    BURST_PERIOD.labels(namespace, name, pool).set(decision.burst_period)
     DESIRED.labels(namespace, name).set(decision.replicas)
     CURRENT.labels(namespace, name).set(current)
     RECOMMENDED.labels(namespace, name).set(decision.recommended)
@@ -141,6 +159,10 @@ def remove_series(namespace: str, name: str) -> None:
     for gauge in _GAUGES:
         with contextlib.suppress(KeyError):
             gauge.remove(namespace, name)
+    pool = _POOLS.pop((namespace, name), None)
+    if pool is not None:
+        with contextlib.suppress(KeyError):
+            BURST_PERIOD.remove(namespace, name, pool)
     for reason in (*REASONS, OTHER):
         with contextlib.suppress(KeyError):
             DECISIONS.remove(namespace, name, reason)
@@ -148,6 +170,7 @@ def remove_series(namespace: str, name: str) -> None:
 
 __all__ = [
     "ARRIVAL_RATE",
+    "BURST_PERIOD",
     "CURRENT",
     "DECISIONS",
     "DESIRED",

@@ -51,6 +51,13 @@ significantly above the allowance ``1 - target``, the scale-down window is stret
 to ``hold_max`` times), so that capacity the model would release between irregular bursts is
 kept; it relaxes back with the time constant ``hold_relax``.
 
+**Bursts on a schedule** (:mod:`cycle`). The panics' rises are recorded; when the latest
+``cycle_rises`` or more fit a period (within ``cycle_tolerance`` of it), the pool holds between
+two bursts only what the claims between them need (their Erlang-B size at the spec's target),
+and from the refill p99 (plus ``cycle_lead`` and the schedule's spread) before the next is due,
+the size without a schedule, at least the static pool that served the bursts' own claims. Not
+while the realised cold share misses the allowance; a burst off the schedule breaks it.
+
 **State that survives a restart** is the window itself (:class:`ArrivalBins`, at most
 ``rate_window / bin_width`` bins): the caller writes it to the autoscaler's status and gives it
 back after a restart (:meth:`Memory.restore`); the first pass after a restart also holds the
@@ -68,8 +75,7 @@ of the model: docs/design/autoscaler.md, "Limits of the model".
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from agentsandbox.controllers.autoscaler.behavior import (
     DEFAULT_SCALE_DOWN,
@@ -82,6 +88,22 @@ from agentsandbox.controllers.autoscaler.behavior import (
     Limit,
     Rules,
     limit,
+)
+from agentsandbox.controllers.autoscaler.decision import (
+    REASON_AT_MAXIMUM,
+    REASON_AT_MINIMUM,
+    REASON_BOOTSTRAP,
+    REASON_HOLDING,
+    REASON_MEMBERS_NEVER_READY,
+    REASON_NO_DATA,
+    REASON_PANICKING,
+    REASON_POOL_NOT_READY,
+    REASON_RATE_LIMITED,
+    REASON_SCALED_DOWN,
+    REASON_SCALED_UP,
+    REASON_STEADY,
+    Decision,
+    Observation,
 )
 from agentsandbox.controllers.autoscaler.feedback import steer_allowance
 from agentsandbox.controllers.autoscaler.memory import ESTIMATE_BOUNDS, Memory, parse_estimates
@@ -105,59 +127,6 @@ from agentsandbox.controllers.autoscaler.window import (
     significantly_off,
 )
 from agentsandbox.controllers.autoscaler.window import trend as trend_of
-
-REASON_NO_DATA = "NoData"
-REASON_BOOTSTRAP = "Bootstrap"
-REASON_SCALED_UP = "ScaledUp"
-REASON_SCALED_DOWN = "ScaledDown"
-REASON_HOLDING = "HoldingForWindow"
-REASON_PANICKING = "HoldingInPanic"
-REASON_RATE_LIMITED = "RateLimited"
-REASON_AT_MINIMUM = "AtMinimum"
-REASON_AT_MAXIMUM = "AtMaximum"
-REASON_STEADY = "Steady"
-# the circuit breaker (not sizing reasons: ScalingActive=False)
-REASON_MEMBERS_NEVER_READY = "MembersNeverReady"
-REASON_POOL_NOT_READY = "PoolNotReady"
-
-
-@dataclass(frozen=True)
-class Observation:
-    now: float  # seconds (any epoch, monotonic in tests/sim)
-    arrivals: Sequence[float]  # claim creation times seen (the caller keeps a window, e.g. 10 min)
-    refill_seconds: Sequence[float]  # recent pool-sandbox create->Ready durations
-    current_replicas: int  # the pool's spec.replicas now
-    # the arrivals already binned (the controller's windows keep them so); None: bin arrivals
-    bins: ArrivalBins | None = None
-    # the claims of the pool served warm and cold in the window, as counted by the claim
-    # controller (None: not known)
-    served: tuple[int, int] | None = None
-    # the same, in total since the claim controller started (None: not known)
-    served_total: tuple[int, int] | None = None
-    # the circuit breaker's inputs: seconds since the oldest not-Ready pool member was created
-    # (None: every member is Ready), whether the pool reports it can progress (its Ready
-    # condition not SandboxCreateFailed, SandboxesBlocked, TemplateNotFound or TemplateError),
-    # and seconds since a member was last seen turning Ready (None: not seen)
-    oldest_not_ready_age: float | None = None
-    pool_progressing: bool = True
-    pool_condition: str = ""  # the pool's Ready reason and message, for the decision's message
-    last_ready_age: float | None = None
-
-
-@dataclass(frozen=True)
-class Decision:
-    replicas: int  # the pool size to set (within min..max)
-    reason: str  # CamelCase: see the REASON_* constants
-    message: str  # human sentence: why (rates, refill time, Erlang-B cold share, holds)
-    arrival_rate: float  # per second: the stable window's rate
-    refill_time: float  # seconds: the mean create -> Ready time measured (+ refill_overhead)
-    predicted_warm_share: float  # 1 - blocking of the offered load at ``replicas``
-    panic_rate: float = 0.0  # per second: the panic window's rate
-    panicking: bool = False
-    peakedness: float = 1.0  # z of the offered load (1: Poisson)
-    realised_warm_share: float | None = None  # from the served counts given (None: unknown)
-    recommended: int = 0  # the unstabilised, unlimited size (within min..max)
-    stalled: bool = False  # the circuit breaker is tripped: no growth (ScalingActive=False)
 
 
 # ------------------------------------------------------------------------------------ decide
@@ -320,6 +289,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     ):
         if not was_panicking or memory.panic_settled:
             memory.panic_peak, memory.panic_settled = 0.0, False
+            memory.bursts.rose(now, policy)
         memory.panic_until = now + policy.panic_hold
         memory.last_panic = now
         memory.regime_start = now - panic_span
@@ -334,6 +304,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     panicking = memory.panic_until is not None and now < memory.panic_until
     if not panicking:
         memory.panic_until = None
+        memory.bursts.ended(now)
     # a panic's rise is over when the claims of the last settle_window are significantly fewer
     # than its highest rate predicts (a burst that ended; a step goes on at that rate): the
     # panic then neither sizes on its load nor holds the size (it still marks a new regime,
@@ -346,7 +317,10 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         memory.panic_settled = significantly_below(
             recent_claims, memory.panic_peak * recent_span, dispersion
         )
+        if memory.panic_settled:
+            memory.bursts.ended(now)
     rising = panicking and not memory.panic_settled
+    memory.bursts.fit(now, policy)
     z = 1.0
     if stable_claims:
         # less the pairs Poisson arrivals make by chance (a claim within group_gap of the
@@ -444,6 +418,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
 
     # the realised warm share: stretch the scale-down window while it misses the allowance
     realised = None
+    missing = False
     if obs.served is not None:
         warm, cold = obs.served
         served = warm + cold
@@ -455,12 +430,34 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         # a miss after a rise the model did not see coming (a panic within the window): keep
         # capacity longer; a miss in steady traffic is the model's noise, not a reason to hold
         surprised = memory.last_panic is not None and now - memory.last_panic <= policy.rate_window
-        if (
-            surprised
-            and served >= policy.feedback_min_claims
-            and significantly_above(cold, allowed)
-        ):
+        missing = served >= policy.feedback_min_claims and significantly_above(cold, allowed)
+        if surprised and missing:
             memory.hold = min(policy.hold_max, max(memory.hold, 2.0 * memory.hold))
+
+    # bursts on a schedule (cycle.py): between the last one and the next one due, the size the
+    # claims between bursts need; from the refill p99 (plus the rate limits' steps) before it,
+    # the size without a schedule. Not while the realised share misses the target (the
+    # schedule may be wrong), nor when the gap is too short to be worth a refill
+    # at the spec's target, not the steered one: the steering learnt the sizing of the bursts,
+    # not of the claims between them
+    aim = max(target, policy.target_warm_share)
+    between = None
+    if not missing:
+        between = memory.bursts.between(
+            bins,
+            policy,
+            now,
+            max(now - policy.stable_window, memory.first_seen),
+            refill,
+            memory.refill_p99,
+            z,
+            aim,
+            (1.0 - aim) * stable_claims if largest > 1 and stable_claims else None,
+        )
+    if between is None:
+        # as a burst is due: at least the size that served the bursts' own claims (those
+        # between them are served by the size between them)
+        rec = max(rec, memory.bursts.armed_floor(bins, since, now, 1.0 - aim, hi))
 
     # stabilisation (down only to the highest recommendation of the stretched window)
     # with the occupancy counted, a panic's recommendation is not kept past the panic: the
@@ -471,7 +468,10 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     memory.recommendations = [(t, n) for t, n in memory.recommendations if t >= horizon]
     stable = max(n for _, n in memory.recommendations)
     wanted = rec
-    if wanted < current:
+    quiet = memory.bursts.hold(between, current, now, policy.scale_down_window)
+    if quiet is not None:
+        wanted = quiet
+    elif wanted < current:
         wanted = min(current, stable)
         if rising:
             wanted = current
@@ -516,6 +516,9 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         parts.append(f"realised warm share {realised:.2%} over the window")
     if memory.hold > 1.0 + 1e-6:
         parts.append(f"scale-down window stretched to {window:.0f}s")
+    schedule = memory.bursts.describe(between, now)
+    if schedule is not None:
+        parts.append(schedule)
     if replicas > current:
         reason = REASON_RATE_LIMITED if limited else REASON_SCALED_UP
         parts.append(f"scaled up {current} -> {replicas}" + (" (rate-limited)" if limited else ""))
@@ -556,7 +559,8 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         panicking=panicking,
         peakedness=z,
         realised_warm_share=realised,
-        recommended=rec,
+        recommended=rec if between is None else between.size,
+        burst_period=memory.bursts.cycle.period if memory.bursts.cycle is not None else 0.0,
     )
 
 

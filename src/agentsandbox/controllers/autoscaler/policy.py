@@ -38,6 +38,13 @@ class Policy:
     # rather than on the chance of the last window, while the window's claims are consistent
     # with it (floor_sigmas standard deviations of their count)
     long_horizon: float = 7200.0
+    # bursts on a schedule (cycle.py): learnt from at least cycle_rises panic rises whose times
+    # fit a period within cycle_tolerance of it; between two bursts the pool holds what the
+    # claims between them need, and grows back the refill p99 plus cycle_lead seconds (the
+    # scale-up's rate-limit steps) before the next burst is due
+    cycle_rises: int = 7
+    cycle_tolerance: float = 0.1
+    cycle_lead: float = 30.0
     # added to the measured create -> Ready time: the work queue's coalescing and the create call
     # before the create is timed (the slot is busy from the adoption, not from the create)
     refill_overhead: float = 0.05

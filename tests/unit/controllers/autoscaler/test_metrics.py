@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agentsandbox.controllers.autoscaler import controller as autoscaler_controller
+from agentsandbox.controllers.autoscaler.metrics import record
 from agentsandbox.controllers.autoscaler.plan import ArrivalBins, Decision
 from agentsandbox.kube import metrics as kube_metrics
 from agentsandbox.kube.reconcile import Request
@@ -26,6 +27,7 @@ GAUGES = {
     "agent_sandbox_warmpool_autoscaler_refill_seconds": "refill_time",
 }
 CURRENT = "agent_sandbox_warmpool_autoscaler_current_replicas"
+BURST_PERIOD = "agent_sandbox_warmpool_autoscaler_burst_period_seconds"
 DECISIONS = "agent_sandbox_warmpool_autoscaler_decisions_total"
 
 
@@ -69,6 +71,42 @@ async def test_a_decision_sets_its_autoscalers_gauges_and_counts_its_reason(
         assert sample(name) == pytest.approx(getattr(d, attr)), name
     assert sample(CURRENT) == 1.0, "the target's spec.replicas as read"
     assert sample(DECISIONS, reason="ScaledUp") == before + 1
+    assert sample(BURST_PERIOD, pool="pool") == 0.0, "no schedule of bursts learnt"
+
+
+async def test_the_learnt_burst_period_is_a_series_of_the_autoscaler_and_its_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The churn alert leaves out the pools shrunk between scheduled bursts: it needs the
+    period per pool; a series of a pool no longer targeted goes, and so do they all with the
+    autoscaler."""
+    api = FakeScaleApi(replicas=3)
+    rec, informer, _, _ = setup_reconciler(api, autoscaler_obj())
+    real = autoscaler_controller.decide
+
+    def decide(*args: Any) -> Decision:
+        return dataclasses.replace(real(*args), burst_period=600.0)
+
+    monkeypatch.setattr(autoscaler_controller, "decide", decide)
+    await rec.reconcile(Request(NS, "auto"))
+    assert sample(BURST_PERIOD, pool="pool") == 600.0
+    record(NS, "auto", real_decision(), 3, pool="other")
+    assert sample(BURST_PERIOD, pool="pool") is None, "the pool no longer targeted"
+    assert sample(BURST_PERIOD, pool="other") == 0.0
+    informer.remove(dict(api.autoscaler or {}))
+    assert await rec.reconcile(Request(NS, "auto")) is None
+    assert sample(BURST_PERIOD, pool="other") is None
+
+
+def real_decision() -> Decision:
+    return Decision(
+        replicas=3,
+        reason="Steady",
+        message="",
+        arrival_rate=0.0,
+        refill_time=1.0,
+        predicted_warm_share=1.0,
+    )
 
 
 async def test_a_reason_outside_the_known_set_is_counted_as_other(

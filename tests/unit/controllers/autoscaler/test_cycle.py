@@ -1,0 +1,247 @@
+"""The autoscaler's bursts on a schedule (cycle.py and the decision): the schedule learnt from the
+panics' rises, the size between bursts, the size as a burst is due, and what breaks the schedule."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from agentsandbox.controllers.autoscaler.cycle import (
+    Cycle,
+    Rise,
+    base_rate,
+    burst_floor,
+    cycle_of,
+)
+from agentsandbox.controllers.autoscaler.plan import (
+    ArrivalBins,
+    Decision,
+    Memory,
+    Observation,
+    Policy,
+    decide,
+    occupancy_span,
+    servers_for,
+)
+from tests.unit.arrivals import poisson
+from tests.unit.controllers.autoscaler.test_plan import UNLIMITED
+
+POLICY = UNLIMITED
+RISES, TOLERANCE, LEAST = POLICY.cycle_rises, POLICY.cycle_tolerance, 2 * POLICY.bin_width
+
+
+def fit(starts: list[float]) -> Cycle | None:
+    return cycle_of(starts, RISES, TOLERANCE, LEAST)
+
+
+def scheduled(
+    period: float, jitter: float, count: int, seed: int, start: float = 600.0
+) -> list[float]:
+    rng = random.Random(seed)
+    return [start + k * period + rng.uniform(-jitter, jitter) for k in range(count)]
+
+
+def bursts(starts: list[float], size: int, spread: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [s + rng.uniform(0, spread) for s in starts for _ in range(size)]
+
+
+# ------------------------------------------------------------------------------- the schedule
+def test_a_schedule_is_learnt_from_rises_that_fit_a_period() -> None:
+    """Rises every 660 s within 40 s (the bursts' start within 40 s of their mark, as the
+    evaluation's traces have them): from the policy's number of rises on, the period within 2 %,
+    a spread covering the jitter, and the next mark within the jitter of the next rise."""
+    for seed in range(20):
+        starts = scheduled(660.0, 40.0, RISES + 1, seed)
+        assert fit(starts[: RISES - 1]) is None
+        cycle = fit(starts[:RISES])
+        assert cycle is not None
+        assert abs(cycle.period - 660.0) <= 0.02 * 660.0
+        assert cycle.spread >= 33.0  # a twentieth of the period at least
+        assert abs(cycle.next_mark(starts[RISES - 1]) - starts[RISES]) <= 2 * 40.0 + 14.0
+
+
+def test_bursts_at_random_gaps_have_no_schedule() -> None:
+    """Gaps uniform between 5 and 20 minutes (a schedule found there would leave the pool small
+    as a burst comes): over 1000 runs of twelve rises (as many as the decision keeps), some
+    latest run of them fits a period in under 1 % (about 4 % with five rises, which is why
+    the policy wants seven)."""
+    fitted = 0
+    for seed in range(1000):
+        rng = random.Random(seed)
+        starts = [0.0]
+        for _ in range(11):
+            starts.append(starts[-1] + rng.uniform(300.0, 1200.0))
+        fitted += fit(starts) is not None
+    assert fitted < 10, fitted
+
+
+def test_a_rise_off_the_schedule_breaks_it_until_enough_fit_again() -> None:
+    starts = scheduled(600.0, 20.0, RISES, 1)
+    assert fit(starts) is not None
+    early = [*starts, starts[-1] + 250.0]  # a burst 350 s before its mark
+    assert fit(early) is None
+    again = early + [early[-1] + 600.0 * k for k in range(1, RISES - 1)]
+    assert fit(again) is None
+    # as many rises on the schedule after the odd one as the policy wants: learnt again
+    again.append(again[-1] + 600.0)
+    cycle = fit(again)
+    assert cycle is not None and cycle.rises == RISES
+
+
+def test_the_claims_between_bursts_leave_the_bursts_out() -> None:
+    bins = ArrivalBins(10.0)
+    base = poisson(0.3, 0, 3600, 7)
+    starts = [600.0, 1800.0, 3000.0]
+    for t in sorted(base + bursts(starts, 80, 15.0, 3)):
+        bins.add(t, 0.05)
+    rises = [Rise(s + 2.0, s + 25.0) for s in starts]
+    rate = base_rate(bins, 0.0, 3600.0, rises, 20.0)
+    assert 0.25 <= rate <= 0.35, rate
+    assert sum(bins.claims) / 3600.0 > 0.35  # with the bursts
+
+
+def test_the_size_a_burst_needs_counts_the_bursts_claims_only() -> None:
+    """Bursts of 80 claims within 15 s with a 90 s refill: the static pool that serves the
+    bursts' claims at 99 % holds about all of a burst, whatever the claims between them."""
+    bins = ArrivalBins(10.0)
+    bins.span = 90.0
+    starts = [600.0, 1800.0, 3000.0]
+    for t in sorted(poisson(0.3, 0, 3600, 7) + bursts(starts, 80, 15.0, 3)):
+        bins.add(t, 0.05)
+    rises = [Rise(s + 2.0, s + 25.0) for s in starts]
+    floor = burst_floor(bins, 0.0, 3600.0, rises, 20.0, 0.01)
+    assert 80 <= floor <= 80 + 0.3 * 90 * 2, floor
+    assert burst_floor(bins, 0.0, 3600.0, [], 20.0, 0.01) == 0
+
+
+# ------------------------------------------------------------------------------ the decision
+def replay(
+    arrivals: list[float], end: float, refill: float, policy: Policy = POLICY, served: bool = False
+) -> tuple[list[tuple[float, Decision]], Memory]:
+    """The decision every 5 s as the controller runs it (bins kept as claims come, occupancy
+    counted over the refill time); ``served``: every claim reported warm."""
+    memory = Memory()
+    bins = ArrivalBins(policy.bin_width)
+    pending = sorted(arrivals)
+    out: list[tuple[float, Decision]] = []
+    current, now, i = 1, 0.0, 0
+    while now <= end:
+        while i < len(pending) and pending[i] <= now:
+            bins.add(pending[i], policy.group_gap)
+            i += 1
+        window = sum(1 for a in pending[:i] if a > now - policy.rate_window)
+        obs = Observation(
+            now,
+            (),
+            [refill] * 50,
+            current,
+            bins=bins,
+            served=(window, 0) if served else None,
+        )
+        d = decide(obs, policy, memory)
+        bins.span = occupancy_span(policy, memory)
+        out.append((now, d))
+        current = d.replicas
+        now += 5.0
+    return out, memory
+
+
+def size_at(log: list[tuple[float, Decision]], t: float) -> int:
+    return [d.replicas for when, d in log if when <= t][-1]
+
+
+def test_between_scheduled_bursts_the_pool_holds_what_the_claims_between_them_need() -> None:
+    """0.3 claims/s plus 80 claims within 15 s every 10 minutes (± 30 s), a 90 s refill. Once the
+    schedule is learnt (seven bursts): as each burst comes the pool holds at least a burst's
+    claims, and between bursts it goes down to about the Erlang-B size of the claims between
+    them. Without a schedule the pool held the bursts' size all the time (never below 80
+    after the first bursts)."""
+    for seed in range(1, 4):
+        starts = scheduled(600.0, 30.0, 17, seed)
+        arrivals = poisson(0.3, 0, 10_800, seed) + bursts(starts, 80, 15.0, seed)
+        log, memory = replay(arrivals, 10_800.0, 90.0)
+        assert memory.bursts.cycle is not None and abs(memory.bursts.cycle.period - 600.0) < 15.0
+        base = servers_for(0.3 * (90.0 + POLICY.refill_overhead), 0.99, 1000)
+        late = [s for s in starts if s > 5400.0]
+        for s in late:
+            assert size_at(log, s) >= 80, (seed, s, size_at(log, s))
+        between = [d.replicas for t, d in log if t > 4500.0 and "between bursts until" in d.message]
+        assert between, seed
+        assert max(between) <= base + 6, (seed, max(between), base)
+        # most of the time between bursts is spent at that size
+        quiet = sum(1 for t, d in log if t > 5400.0 and d.replicas <= base + 6)
+        assert quiet / sum(1 for t, _ in log if t > 5400.0) >= 0.3
+
+
+def test_bursts_at_random_gaps_are_sized_as_without_a_schedule() -> None:
+    for seed in range(1, 4):
+        rng = random.Random(seed)
+        starts = [600.0]
+        while starts[-1] < 10_000:
+            starts.append(starts[-1] + rng.uniform(300.0, 1200.0))
+        arrivals = poisson(0.3, 0, 10_800, seed) + bursts(starts, 80, 15.0, seed)
+        log, _ = replay(arrivals, 10_800.0, 90.0)
+        assert not any("between bursts" in d.message for _, d in log), seed
+
+
+def test_a_burst_off_the_schedule_is_answered_and_ends_the_schedule() -> None:
+    """A burst 250 s early: the panic sizes up at once, as without a schedule, and no pass sizes
+    for the claims between bursts until seven bursts fit a period again."""
+    starts = scheduled(600.0, 20.0, 9, 5)
+    odd = starts[-1] + 350.0
+    later = [odd + 600.0 * k for k in range(1, 9)]
+    arrivals = poisson(0.3, 0, later[-1] + 300, 5) + bursts([*starts, odd, *later], 80, 15.0, 5)
+    log, _ = replay(arrivals, later[-1] + 300, 90.0)
+    assert any("between bursts until" in d.message for t, d in log if t < odd)
+    assert size_at(log, odd + 20.0) >= 80
+    resumed = [t for t, d in log if t > odd + 30 and "between bursts until" in d.message]
+    assert resumed and resumed[0] > later[RISES - 2], (resumed[:1], later)
+
+
+def test_no_size_between_bursts_while_the_realised_share_misses() -> None:
+    """The claim controller reports every claim of the window cold: the schedule may be wrong,
+    so the pool is sized as without one."""
+    starts = scheduled(600.0, 30.0, 14, 2)
+    arrivals = poisson(0.3, 0, 9000, 2) + bursts(starts, 80, 15.0, 2)
+    memory = Memory()
+    bins = ArrivalBins(POLICY.bin_width)
+    pending = sorted(arrivals)
+    current, now, i = 1, 0.0, 0
+    messages = []
+    while now <= 9000:
+        while i < len(pending) and pending[i] <= now:
+            bins.add(pending[i], POLICY.group_gap)
+            i += 1
+        window = sum(1 for a in pending[:i] if a > now - POLICY.rate_window)
+        obs = Observation(now, (), [90.0] * 50, current, bins=bins, served=(0, window))
+        d = decide(obs, POLICY, memory)
+        bins.span = occupancy_span(POLICY, memory)
+        messages.append(d.message)
+        current = d.replicas
+        now += 5.0
+    assert memory.bursts.cycle is not None
+    assert not any("between bursts until" in m for m in messages)
+
+
+def test_a_panic_raised_again_within_its_window_is_the_same_burst() -> None:
+    """One burst a panic settles on and raises again while its claims are in the panic window
+    counts once: six bursts, six rises."""
+    starts = scheduled(600.0, 20.0, 6, 9)
+    arrivals = poisson(0.3, 0, 4000, 9) + bursts(starts, 80, 15.0, 9)
+    _, memory = replay(arrivals, 4000.0, 90.0)
+    assert len(memory.bursts.rises) == 6, [round(r.start) for r in memory.bursts.rises]
+
+
+def test_without_a_schedule_the_pool_holds_a_bursts_size_between_bursts() -> None:
+    """The same bursts with no schedule learnt (a policy wanting more rises than there are):
+    the pool never goes down to the size of the claims between bursts, which is what the
+    schedule's test above measures."""
+    never = replace(POLICY, cycle_rises=1000)
+    starts = scheduled(600.0, 30.0, 17, 1)
+    arrivals = poisson(0.3, 0, 10_800, 1) + bursts(starts, 80, 15.0, 1)
+    log, memory = replay(arrivals, 10_800.0, 90.0, never)
+    assert memory.bursts.cycle is None
+    base = servers_for(0.3 * (90.0 + POLICY.refill_overhead), 0.99, 1000)
+    late = [d.replicas for t, d in log if t > 5400.0]
+    assert min(late) > base + 6, (min(late), base)
