@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from agentsandbox.controllers.autoscaler.policy import Policy
 from agentsandbox.controllers.autoscaler.queueing import hayward_servers
-from agentsandbox.controllers.autoscaler.window import ArrivalBins, bucket_value, group_floor
+from agentsandbox.controllers.autoscaler.window import ArrivalBins, group_floor, quantile_floor
 
 #: rises kept (at most, and none older than the policy's long_horizon)
 RISES_KEPT = 12
@@ -111,16 +111,7 @@ def burst_floor(
         if 0 <= i < len(bins.occupancy):
             for b, n in bins.occupancy[i].items():
                 total[b] = total.get(b, 0) + n
-    counted = sum(total.values())
-    if not counted:
-        return 0
-    allowed = max(allowance * counted, 1.0)
-    above = 0
-    for b in sorted(total, reverse=True):
-        if above + total[b] > allowed:
-            return bucket_value(b)
-        above += total[b]
-    return 0
+    return quantile_floor(total, allowance)
 
 
 def base_rate(

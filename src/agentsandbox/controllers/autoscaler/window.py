@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 #: claims expected in a window before a slow change (a drift, a trend) is tested for: with fewer,
@@ -257,20 +257,26 @@ def occupancy_floor(
     counted = sum(total.values())
     if not counted:
         return 0
-    allowed = max(allowance * counted, 1.0)  # one claim is chance, not a reason for a slot
-    cap = None
+    floor = quantile_floor(total, allowance)
     if sigmas > 0 and current > 0:
+        allowed = max(allowance * counted, 1.0)
         over = sum(n for b, n in total.items() if bucket_value(b) > current)
         if not significantly_above(over, allowed, dispersion, sigmas):
-            cap = current
-    floor = 0
+            return min(floor, current)
+    return floor
+
+
+def quantile_floor(total: Mapping[int, int], allowance: float) -> int:
+    """The smallest static pool that would have served the claims of the occupancy histogram
+    ``total`` (bucket -> claims) cold at most ``allowance`` of the time, and at least one of
+    them (a single coincidence among few claims is chance, not a reason for a slot); 0: none."""
+    allowed = max(allowance * sum(total.values()), 1.0)
     above = 0
     for b in sorted(total, reverse=True):
         if above + total[b] > allowed:
-            floor = bucket_value(b)
-            break
+            return bucket_value(b)
         above += total[b]
-    return floor if cap is None else min(floor, cap)
+    return 0
 
 
 @dataclass
