@@ -64,7 +64,7 @@ def test_a_schedule_is_learnt_from_rises_that_fit_a_period() -> None:
 def test_bursts_at_random_gaps_have_no_schedule() -> None:
     """Gaps uniform between 5 and 20 minutes (a schedule found there would leave the pool small
     as a burst comes): over 1000 runs of twelve rises (as many as the decision keeps), some
-    latest run of them fits a period in under 1 % (about 4 % with five rises, which is why
+    latest run of them fits a period in under 1 % (0.4 %; about 5 % with five rises, which is why
     the policy wants seven)."""
     fitted = 0
     for seed in range(1000):
