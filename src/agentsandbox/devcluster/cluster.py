@@ -43,6 +43,11 @@ LIFECYCLE_LABEL = "kwok.agentsandbox.dev/lifecycle"
 """Pod label read by our kwok stages: ``never-ready``, ``slow-ready``, ``succeed`` or ``fail``."""
 
 
+#: components whose port only their own health check uses: when another socket takes it
+#: between :func:`free_port`'s probe and the component's bind, another one is picked
+RELOCATABLE = ("kube-controller-manager", "kube-scheduler", "kwok")
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -119,8 +124,9 @@ class DevCluster:
             self._create_nodes()
             for name in START_ORDER[2:]:
                 # kwok v0.8.0 sometimes dies at start-up with "concurrent map writes" (a race in
-                # its CEL environment set-up); a fresh start succeeds, so give it three tries.
-                self._launch(name, timeout, attempts=3 if name == "kwok" else 1)
+                # its CEL environment set-up), and a port probed free may be taken before the
+                # component binds it: a fresh start succeeds, so give these three tries.
+                self._launch(name, timeout, attempts=3 if name in RELOCATABLE else 1)
             self._wait_nodes_ready(timeout)
             self._write_state(time.monotonic() - started)
         except BaseException:
@@ -399,6 +405,8 @@ class DevCluster:
                 comp = self.components.get(name)
                 if attempt == attempts or comp is None or comp.alive():
                     raise
+                if name in RELOCATABLE and "address already in use" in tail(comp.log):
+                    self.ports[name] = free_port()  # taken between the probe and the bind
                 with (self.logs / f"{name}.log").open("a") as log:
                     log.write(f"\n--- {name} exited during start-up; retry {attempt} ---\n")
 

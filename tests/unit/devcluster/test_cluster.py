@@ -5,15 +5,23 @@ from __future__ import annotations
 import ipaddress
 import json
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from agentsandbox.devcluster import certs
-from agentsandbox.devcluster.cluster import LIFECYCLE_LABEL, node_pod_cidr
+from agentsandbox.devcluster.cluster import (
+    LIFECYCLE_LABEL,
+    RELOCATABLE,
+    DevCluster,
+    node_pod_cidr,
+)
+from agentsandbox.devcluster.process import ClusterStartError, Component
 
 
 def test_node_pod_cidrs_are_disjoint_20_bit_networks() -> None:
@@ -168,3 +176,44 @@ def test_upstreams_run_to_completion_and_prestop_pods_take_their_own_stages_only
     }
     hooked["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
     assert _matching(hooked) == {"pod-delete-after-prestop"}
+
+
+def test_a_component_whose_port_was_taken_before_it_bound_starts_again_on_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI saw kube-controller-manager exit with "bind: address already in use": the port
+    free_port() probed was taken by another socket before the component bound it. It is started
+    again on a newly probed port (kube-controller-manager, kube-scheduler and kwok: only their own
+    health checks use theirs); another start-up failure keeps its port."""
+    cl = DevCluster(tmp_path / "cluster", nodes=1, bin_dir=tmp_path)
+    cl.logs.mkdir(parents=True)
+    cl.ports["kube-controller-manager"] = 43817
+    seen: list[int] = []
+
+    def launch_once(name: str, timeout: float) -> None:
+        seen.append(cl.ports[name])
+        log = cl.logs / f"{name}.log"
+        cl.components[name] = Component(name, ["x"], log, lambda: False)
+        if len(seen) == 1:
+            log.write_text("failed to listen on 127.0.0.1:43817: bind: address already in use\n")
+            raise ClusterStartError("exited")
+
+    monkeypatch.setattr(cl, "_launch_once", launch_once)
+    cl._launch("kube-controller-manager", 1.0, attempts=3)
+    assert seen[0] == 43817 and len(seen) == 2 and seen[1] != 43817
+    assert "kube-controller-manager" in RELOCATABLE and "kube-apiserver" not in RELOCATABLE
+
+    seen.clear()
+    cl.ports["kwok"] = 40000
+
+    def crash(name: str, timeout: float) -> None:
+        seen.append(cl.ports[name])
+        log = cl.logs / f"{name}.log"
+        cl.components[name] = Component(name, ["x"], log, lambda: False)
+        if len(seen) == 1:
+            log.write_text("fatal error: concurrent map writes\n")
+            raise ClusterStartError("exited")
+
+    monkeypatch.setattr(cl, "_launch_once", crash)
+    cl._launch("kwok", 1.0, attempts=3)
+    assert seen == [40000, 40000]
