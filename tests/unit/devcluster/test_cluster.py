@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -190,30 +191,30 @@ def test_a_component_whose_port_was_taken_before_it_bound_starts_again_on_anothe
     cl.ports["kube-controller-manager"] = 43817
     seen: list[int] = []
 
-    def launch_once(name: str, timeout: float) -> None:
-        seen.append(cl.ports[name])
-        log = cl.logs / f"{name}.log"
-        cl.components[name] = Component(name, ["x"], log, lambda: False)
-        if len(seen) == 1:
-            log.write_text("failed to listen on 127.0.0.1:43817: bind: address already in use\n")
-            raise ClusterStartError("exited")
+    def failing_once(first_log: str) -> Callable[[str, float], None]:
+        """A launch that records the port, and the first time exits with ``first_log``."""
 
-    monkeypatch.setattr(cl, "_launch_once", launch_once)
+        def launch_once(name: str, timeout: float) -> None:
+            seen.append(cl.ports[name])
+            log = cl.logs / f"{name}.log"
+            cl.components[name] = Component(name, ["x"], log, lambda: False)
+            if len(seen) == 1:
+                log.write_text(first_log)
+                raise ClusterStartError("exited")
+
+        return launch_once
+
+    monkeypatch.setattr(
+        cl,
+        "_launch_once",
+        failing_once("failed to listen on 127.0.0.1:43817: bind: address already in use\n"),
+    )
     cl._launch("kube-controller-manager", 1.0, attempts=3)
     assert seen[0] == 43817 and len(seen) == 2 and seen[1] != 43817
     assert "kube-controller-manager" in RELOCATABLE and "kube-apiserver" not in RELOCATABLE
 
     seen.clear()
     cl.ports["kwok"] = 40000
-
-    def crash(name: str, timeout: float) -> None:
-        seen.append(cl.ports[name])
-        log = cl.logs / f"{name}.log"
-        cl.components[name] = Component(name, ["x"], log, lambda: False)
-        if len(seen) == 1:
-            log.write_text("fatal error: concurrent map writes\n")
-            raise ClusterStartError("exited")
-
-    monkeypatch.setattr(cl, "_launch_once", crash)
+    monkeypatch.setattr(cl, "_launch_once", failing_once("fatal error: concurrent map writes\n"))
     cl._launch("kwok", 1.0, attempts=3)
     assert seen == [40000, 40000]
