@@ -18,6 +18,10 @@ Reconcile errors never stop a worker: the key is retried with per-key exponentia
 error may bound that wait with a ``retry_within`` attribute (seconds, see :data:`RETRY_WITHIN`):
 the retry then comes no later than that, however long the backoff has grown, so a deadline the
 reconciler knows about (an object due to expire) is not postponed by errors.
+A *terminal* error (see :func:`~agentsandbox.kube.reconcile.is_terminal`: the error says so, or
+the object's namespace is being deleted) is not retried at all: the key waits for its next
+event. Retries of a namespace being deleted would otherwise take their tokens from the queue's
+overall rate limit, which every other key of the controller shares.
 Expected API errors (NotFound, Conflict, ...) are logged as one line; anything else is a bug and
 is logged with its traceback, once per key until the key succeeds (repeats are one line).
 """
@@ -44,7 +48,7 @@ from .errors import (
 )
 from .handler import Mapper, enqueue_for_object
 from .predicate import Predicate
-from .reconcile import ReconcileFunc, Reconciler, Request, Result, retry_within
+from .reconcile import ReconcileFunc, Reconciler, Request, Result, is_terminal, retry_within
 from .store import KubeObject
 from .workqueue import Clock, RateLimiter, ShutDown, WorkQueue
 
@@ -157,8 +161,9 @@ class Controller:
         self._m_time = metrics.RECONCILE_TIME.labels(name)
         self._m_active = metrics.ACTIVE_WORKERS.labels(name)
         metrics.MAX_CONCURRENT_RECONCILES.labels(name).set(workers)
-        # No terminal errors and no reconcile timeout here: exported at 0, as controller-runtime.
-        metrics.RECONCILE_TERMINAL_ERRORS.labels(name).inc(0)
+        self._m_terminal = metrics.RECONCILE_TERMINAL_ERRORS.labels(name)
+        self._m_terminal.inc(0)
+        # No reconcile timeout here: exported at 0, as controller-runtime does.
         metrics.RECONCILE_TIMEOUTS.labels(name).inc(0)
         self._m_active.set(0)
 
@@ -330,6 +335,13 @@ class Controller:
         except Exception as err:
             self._m_errors.inc()
             self._m_total["error"].inc()
+            if is_terminal(err):
+                # no retry can mend it: the next event for the object brings it back; the
+                # rate limiters (per key and overall) are left untouched
+                queue.forget(request)
+                self._m_terminal.inc()
+                self._log_terminal(request, err)
+                return
             queue.add_rate_limited(request)
             bound = retry_within(err)
             if bound is not None:
@@ -364,6 +376,15 @@ class Controller:
         else:
             queue.forget(request)
             self._m_total["success"].inc()
+
+    def _log_terminal(self, request: Request, err: Exception) -> None:
+        self._failures.pop(request, None)
+        self._log.warning(
+            "controller %s: reconcile %s failed, not retried until the object changes: %s",
+            self.name,
+            request,
+            _describe(err),
+        )
 
     def _log_failure(self, request: Request, err: Exception) -> None:
         retries = self._queue.num_requeues(request)

@@ -34,6 +34,7 @@ __all__ = [
     "UnsupportedMediaType",
     "api_error_from_response",
     "api_error_from_status",
+    "namespace_terminating",
 ]
 
 _MAX_MESSAGE = 2000
@@ -357,3 +358,15 @@ def api_error_from_response(
         path=path,
         retry_after=retry_after,
     )
+
+
+def namespace_terminating(err: BaseException) -> bool:
+    """Whether ``err`` is the API server refusing to create anything in a namespace that is
+    being deleted (the NamespaceLifecycle admission's 403, cause ``NamespaceTerminating``).
+
+    Nothing can be created there again: retrying the same create only costs requests.
+    """
+    if not isinstance(err, Forbidden):
+        return False
+    causes = {str(c.get("reason") or c.get("type") or "") for c in err.causes}
+    return "NamespaceTerminating" in causes or "because it is being terminated" in err.message

@@ -35,7 +35,7 @@ from prometheus_client import Counter
 
 from . import metrics
 from .client import Client, PatchType
-from .errors import ApiError, Forbidden, KubeError, NotFound
+from .errors import KubeError, NotFound, namespace_terminating
 from .resources import EVENTS
 from .timefmt import format_micro_time
 
@@ -387,12 +387,7 @@ class EventBroadcaster:
 
 def _refused_by_namespace(err: KubeError, namespace: str) -> bool:
     """Whether ``err`` says the namespace itself is gone or terminating (not the Event)."""
-    if not isinstance(err, ApiError):
-        return False
     if isinstance(err, NotFound):
         details = err.details
         return details.get("kind") == "namespaces" and details.get("name") == namespace
-    if isinstance(err, Forbidden):
-        causes = {str(c.get("reason") or c.get("type") or "") for c in err.causes}
-        return "NamespaceTerminating" in causes or "because it is being terminated" in err.message
-    return False
+    return namespace_terminating(err)

@@ -92,9 +92,10 @@ RECONCILE_ERRORS = Counter(
     ["controller"],
     registry=REGISTRY,
 )
-# Our runtime has no terminal (not retried) error, nor a per-reconcile timeout: each
-# Controller sets these two to 0 at construction, as controller-runtime initialises them
-# per controller, so dashboards and alerts written for Go controllers find the series.
+# Terminal errors are not retried (see kube.reconcile.is_terminal); our runtime has no
+# per-reconcile timeout. Each Controller sets both to 0 at construction, as controller-runtime
+# initialises them per controller, so dashboards and alerts written for Go controllers find
+# the series.
 RECONCILE_TERMINAL_ERRORS = Counter(
     "controller_runtime_terminal_reconcile_errors_total",
     "Total number of terminal reconciliation errors per controller",

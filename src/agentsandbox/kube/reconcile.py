@@ -1,5 +1,6 @@
-"""Reconcile requests and results: the key a reconciler is handed, what it asks for next, and
-the bound an error may put on the wait for its retry (``retry_within``)."""
+"""Reconcile requests and results: the key a reconciler is handed, what it asks for next, the
+bound an error may put on the wait for its retry (``retry_within``), and errors that no retry
+can mend (``is_terminal``)."""
 
 from __future__ import annotations
 
@@ -7,20 +8,36 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from .errors import namespace_terminating
 from .store import KubeObject
 
 __all__ = [
     "RETRY_WITHIN",
+    "TERMINAL",
     "ReconcileFunc",
     "Reconciler",
     "Request",
     "Result",
+    "is_terminal",
     "retry_within",
 ]
 
 #: The attribute of a reconcile error that bounds its retry delay: a number of seconds (or None).
 #: The key is retried after ``min(backoff, retry_within)``; the backoff still grows.
 RETRY_WITHIN = "retry_within"
+
+
+#: The attribute of a reconcile error that says no retry can mend it (``True``): the key is not
+#: requeued, and its next event reconciles it again (controller-runtime's TerminalError).
+TERMINAL = "terminal"
+
+
+def is_terminal(err: BaseException) -> bool:
+    """Whether retrying the request that raised ``err`` cannot help until the object changes:
+    the error says so (:data:`TERMINAL`), or the API server refused to create anything in the
+    namespace because the namespace is being deleted (its objects go next, and each deletion
+    is an event)."""
+    return getattr(err, TERMINAL, False) is True or namespace_terminating(err)
 
 
 def retry_within(err: BaseException) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agentsandbox.kube.errors import ApiError
+from agentsandbox.kube.reconcile import is_terminal
 
 
 class ReconcileErrors(ApiError):
@@ -17,6 +18,9 @@ class ReconcileErrors(ApiError):
             f"{len(errors)} error(s): {text}",
         )
         self.errors = errors
+        #: No retry can mend any of them (e.g. creates refused in a namespace being deleted):
+        #: the runtime does not retry the key (see :func:`agentsandbox.kube.reconcile.is_terminal`)
+        self.terminal = bool(errors) and all(is_terminal(e) for e in errors)
 
 
 __all__ = ["ReconcileErrors"]

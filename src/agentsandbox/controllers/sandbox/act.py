@@ -39,6 +39,7 @@ from agentsandbox.controllers.sandbox.types import (
 from agentsandbox.kube.client import Client
 from agentsandbox.kube.errors import AlreadyExists, ApiError, KubeError, NotFound
 from agentsandbox.kube.events import EventRecorder
+from agentsandbox.kube.reconcile import is_terminal
 from agentsandbox.kube.resources import PERSISTENTVOLUMECLAIMS, PODS, SERVICES, Resource
 from agentsandbox.kube.store import KubeObject
 
@@ -127,8 +128,23 @@ def is_metadata_repair(step: ChildStep) -> bool:
     )
 
 
+class Failure(str):
+    """A child write's failure message that remembers whether no retry can mend it (a create
+    refused because the namespace is being deleted; see ``kube.reconcile.is_terminal``)."""
+
+    terminal: bool = False
+
+    @classmethod
+    def of(cls, text: str, err: BaseException) -> Failure:
+        failure = cls(text)
+        failure.terminal = is_terminal(err)
+        return failure
+
+
 class SandboxReconcileError(ApiError):
-    """The child errors of one pass, reported together; the key is retried with backoff.
+    """The child errors of one pass, reported together; the key is retried with backoff,
+    unless every one of them is a :class:`Failure` no retry can mend (then it is terminal: the
+    Sandbox's next event brings it back).
 
     An :class:`ApiError` so the runtime logs it as one expected line (they are conflicts with
     the world, such as a pod nobody may adopt, not bugs).
@@ -139,6 +155,7 @@ class SandboxReconcileError(ApiError):
     ) -> None:
         super().__init__(0, "ReconcilerError", f"sandbox {sandbox}: " + "; ".join(errors))
         self.errors = errors
+        self.terminal = bool(errors) and all(getattr(e, "terminal", False) for e in errors)
         #: The latest the retry may come (seconds), whatever the backoff: the time left to the
         #: Sandbox's shutdownTime (see :data:`agentsandbox.kube.controller.RETRY_WITHIN`).
         self.retry_within = retry_within
@@ -235,7 +252,7 @@ class SandboxWriter:
         except KubeError as err:
             # a failed metadata sync leaves our child as it was: still report it; a child we
             # failed to create, delete or adopt is reported as none
-            return planned, _as_object(step.kept), step.wrap + error_message(err)
+            return planned, _as_object(step.kept), Failure.of(step.wrap + error_message(err), err)
 
     async def ensure_pod_name_annotation(
         self, sandbox: Mapping[str, Any], desired: str | None

@@ -12,6 +12,7 @@ import pytest
 from agentsandbox.controllers.common.errors import ReconcileErrors
 from agentsandbox.controllers.warmpool import act as wa
 from agentsandbox.kube.errors import ApiConnectionError, Forbidden, NotFound, ServiceUnavailable
+from agentsandbox.kube.reconcile import is_terminal
 from agentsandbox.kube.resources import Resource
 from tests.unit.controllers.warmpool.test_act import (
     Harness,
@@ -104,3 +105,29 @@ async def test_a_create_in_doubt_stays_in_doubt_while_its_look_up_fails(
     await h.reconcile()
     assert client.calls[0] == ("get", name, {})
     assert [v for v, _, _ in client.calls].count("create") == 1  # the lost one is replaced
+
+
+async def test_creates_refused_by_a_terminating_namespace_make_a_terminal_error() -> None:
+    """Every create of the pass was refused because the namespace is being deleted: the pool
+    still reports it, but the runtime does not retry the pass (the pool's deletion is next)."""
+    t = template()
+    p = pool(2)
+    h = Harness(p, t)
+    refused = Forbidden(
+        403,
+        "Forbidden",
+        "unable to create new content in namespace ns because it is being terminated",
+        {"causes": [{"reason": "NamespaceTerminating"}]},
+    )
+    h.client.fail["create"] = [refused, refused]
+    with pytest.raises(ReconcileErrors) as info:
+        await h.reconcile()
+    assert info.value.terminal is True and is_terminal(info.value)
+
+
+def test_an_aggregate_is_terminal_only_when_every_error_is() -> None:
+    refused = Forbidden(403, "Forbidden", "namespace x because it is being terminated")
+    quota = Forbidden(403, "Forbidden", "exceeded quota")
+    assert ReconcileErrors([refused]).terminal
+    assert not ReconcileErrors([refused, quota]).terminal
+    assert not ReconcileErrors([]).terminal
