@@ -2,10 +2,13 @@
 
 The realised cold share over about ``feedback_horizon`` seconds (exponentially weighted
 increments of the claim controller's served totals, with a prior of ``feedback_prior`` cold
-claims at the target's share) corrects the allowance the sizing uses (integral action): a model
-that over- or under-sizes (peakedness approximated, refill times not independent) is steered to
-the target by what the claims actually got. Only the claims of settled periods count: the
-misses of a transition are not the model's bias.
+claims at the target's share) corrects the allowance the sizing uses (integral action), within
+``feedback_min`` and ``feedback_max`` times the spec's. A model that over-sizes (peakedness
+approximated, refill times not independent) is relaxed to the target by what the claims actually
+got. Claims served worse than the target tighten it below the spec's: the claims a change of
+rate sent cold (a step up no autoscaler sees coming) are made up for by serving the next hour's
+claims better than the target, so that the share over the hour — what the target is for —
+comes back to it.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ class Steered(Protocol):
 
 
 def steer_allowance(
-    served_total: tuple[int, int], policy: Policy, memory: Steered, dt: float, settled: bool
+    served_total: tuple[int, int], policy: Policy, memory: Steered, dt: float, counted: bool
 ) -> None:
     """Update ``memory.allowance_scale`` from the served totals (warm, cold) since the claim
-    controller started."""
+    controller started; the claims since the last call count only if ``counted``."""
     allowance = 1.0 - policy.target_warm_share
     warm_total, cold_total = served_total
     last_warm, last_cold = memory.served_last or (0, 0)
@@ -38,7 +41,7 @@ def steer_allowance(
     else:  # the counts restarted (a new claim controller process)
         new_warm, new_cold = warm_total, cold_total
     memory.served_last = (warm_total, cold_total)
-    if dt <= 0 or not settled:
+    if dt <= 0 or not counted:
         return
     decay = math.exp(-dt / policy.feedback_horizon)
     memory.served_warm = memory.served_warm * decay + new_warm

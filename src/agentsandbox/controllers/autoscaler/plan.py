@@ -335,14 +335,11 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     )
     memory.hold = min(max(memory.hold, 1.0), max(policy.hold_max, 1.0))
     if obs.served_total is not None:
-        # only the claims of settled periods count (not while the rate changes — a panic, a
-        # new regime — nor before a whole stable window was observed)
-        settled = (
-            not panicking
-            and now - memory.first_seen >= policy.stable_window
-            and (memory.regime_start is None or now - memory.regime_start >= policy.panic_hold)
-        )
-        steer_allowance(obs.served_total, policy, memory, dt, settled)
+        # every claim counts once a whole stable window was observed (those of the start-up,
+        # while the first members are made, say nothing of the sizing); a change of rate's cold
+        # claims included: they are made up for by the claims after it
+        counted = now - memory.first_seen >= policy.stable_window
+        steer_allowance(obs.served_total, policy, memory, dt, counted)
     steered = min(allowance * memory.allowance_scale, 0.5)
     target = 1.0 - steered
 

@@ -57,11 +57,12 @@ class Policy:
     feedback_min_claims: int = 20  # fewer served claims in the window: no feedback
     # the allowance correction: realised shares weighted over feedback_horizon seconds, a prior
     # of feedback_prior cold claims at the target's share, an integral time of
-    # feedback_integral seconds, the correction kept within feedback_min..feedback_max
+    # feedback_integral seconds, the correction kept within feedback_min..feedback_max (below 1:
+    # aiming above the target, to make up for claims served cold)
     feedback_horizon: float = 3600.0
     feedback_prior: float = 1.0
     feedback_integral: float = 1800.0
-    feedback_min: float = 1.0
+    feedback_min: float = 0.25
     feedback_max: float = 2.0
     # the circuit breaker (docs/design/autoscaler.md, "A pool that never becomes Ready"): it
     # trips when the oldest not-Ready member is older than breaker_factor x the p99 refill time

@@ -1,0 +1,113 @@
+"""The realised warm share steers the allowance the sizing uses (feedback.py): a realised cold
+share below the allowance relaxes it (a model that over-sizes), one above tightens it (the
+claims a change of rate sent cold are made up for), and every claim counts once the first
+stable window was seen, those of a panic included."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pytest
+
+from agentsandbox.controllers.autoscaler.feedback import steer_allowance
+from agentsandbox.controllers.autoscaler.plan import (
+    ArrivalBins,
+    Memory,
+    Observation,
+    Policy,
+    decide,
+    occupancy_span,
+)
+from tests.unit.arrivals import poisson
+
+POLICY = Policy(min_replicas=1, max_replicas=1000, target_warm_share=0.99)
+
+
+@dataclass
+class Kept:
+    served_last: tuple[int, int] | None = None
+    served_warm: float = 0.0
+    served_cold: float = 0.0
+    allowance_scale: float = 1.0
+
+
+def run(cold_share: float, hours: float, start: float = 1.0, rate: float = 2.0) -> float:
+    """The allowance scale after ``hours`` of claims at ``rate``/s, ``cold_share`` of them
+    served cold, one pass every 10 s."""
+    kept = Kept(allowance_scale=start)
+    warm = cold = 0.0
+    for _ in range(int(hours * 360)):
+        warm += rate * 10 * (1 - cold_share)
+        cold += rate * 10 * cold_share
+        steer_allowance((round(warm), round(cold)), POLICY, kept, 10.0, True)
+    return kept.allowance_scale
+
+
+def test_a_cold_share_below_the_allowance_relaxes_it_up_to_its_maximum() -> None:
+    assert run(0.001, 3) == pytest.approx(POLICY.feedback_max)
+
+
+def test_a_cold_share_at_the_allowance_leaves_it_as_it_is() -> None:
+    assert run(0.01, 3, start=1.5) == pytest.approx(1.5, rel=0.05)
+
+
+def test_a_cold_share_above_the_allowance_tightens_it_below_the_models_own() -> None:
+    """Claims served worse than the target for an hour: the sizing aims above the target
+    (an allowance below the spec's), down to feedback_min of it."""
+    once = run(0.03, 1)
+    assert once < 1.0
+    assert run(0.03, 4) == pytest.approx(POLICY.feedback_min)
+    assert POLICY.feedback_min < 1.0
+
+
+def test_a_miss_after_a_relaxed_period_first_undoes_the_relaxation() -> None:
+    assert run(0.03, 0.5, start=POLICY.feedback_max) < POLICY.feedback_max
+
+
+def test_unsettled_passes_count_no_claims() -> None:
+    kept = Kept(allowance_scale=1.0)
+    steer_allowance((0, 0), POLICY, kept, 10.0, False)
+    steer_allowance((100, 100), POLICY, kept, 10.0, False)
+    assert kept.allowance_scale == 1.0 and kept.served_last == (100, 100)
+
+
+def _replay(arrivals: list[float], until: float, cold_from: float, policy: Policy) -> Memory:
+    """Decide every 5 s over ``arrivals``; the claim controller reports each claim warm before
+    ``cold_from`` and cold from then on."""
+    memory = Memory()
+    bins = ArrivalBins(policy.bin_width)
+    pending = sorted(arrivals)
+    current, now, i, warm, cold = 1, 0.0, 0, 0, 0
+    while now <= until:
+        while i < len(pending) and pending[i] <= now:
+            bins.add(pending[i], policy.group_gap)
+            if pending[i] < cold_from:
+                warm += 1
+            else:
+                cold += 1
+            i += 1
+        obs = Observation(now, (), [90.0] * 50, current, bins=bins, served_total=(warm, cold))
+        current = decide(obs, policy, memory).replicas
+        bins.span = occupancy_span(policy, memory)
+        now += 5.0
+    return memory
+
+
+def test_the_cold_claims_of_a_step_count_while_its_panic_goes_on() -> None:
+    """A step from 0.5/s to 3/s after two steady hours; the step's claims are all cold. While
+    the panic goes on they already count: the allowance is tightened at once (by integral
+    action, over feedback_integral), so the hour after the step makes up for them."""
+    step = 7200.0
+    arrivals = poisson(0.5, 0, step, 3) + poisson(3.0, step, step + 300, 4)
+    before = _replay(arrivals, step, step, POLICY).allowance_scale
+    memory = _replay(arrivals, step + 240, step, POLICY)
+    assert memory.panic_until is not None and memory.panic_until > step + 240
+    assert memory.allowance_scale < 0.9 * before, (before, memory.allowance_scale)
+
+
+def test_the_start_up_claims_do_not_count() -> None:
+    """Before a whole stable window was seen the pool is still being made: its cold claims say
+    nothing about the sizing, and the allowance stays as it is."""
+    arrivals = poisson(1.0, 0, 1200, 5)
+    memory = _replay(arrivals, 1200, 0.0, replace(POLICY, stable_window=1800.0))
+    assert memory.allowance_scale == 1.0
