@@ -8,7 +8,9 @@ approximated, refill times not independent) is relaxed to the target by what the
 got. Claims served worse than the target tighten it below the spec's: the claims a change of
 rate sent cold (a step up no autoscaler sees coming) are made up for by serving the next hour's
 claims better than the target, so that the share over the hour — what the target is for —
-comes back to it.
+comes back to it. Only a miss the noise of arrivals hardly explains tightens (``feedback_sigmas``
+standard deviations above the allowance's count: one or two cold claims among a hundred are
+chance).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import math
 from typing import Protocol
 
 from agentsandbox.controllers.autoscaler.policy import Policy
+from agentsandbox.controllers.autoscaler.window import significantly_above
 
 
 class Steered(Protocol):
@@ -52,6 +55,12 @@ def steer_allowance(
     )
     step = min(1.0, dt / policy.feedback_integral)
     error = min(max(math.log(allowance / measured), -1.0), 1.0)
+    if error < 0 and not significantly_above(
+        memory.served_cold,
+        allowance * (memory.served_warm + memory.served_cold),
+        sigmas=policy.feedback_sigmas,
+    ):
+        error = 0.0  # a miss chance alone explains: hold, neither tighten nor relax
     memory.allowance_scale *= math.exp(step * error)
     memory.allowance_scale = min(
         max(memory.allowance_scale, policy.feedback_min), policy.feedback_max

@@ -64,6 +64,9 @@ class Policy:
     feedback_integral: float = 1800.0
     feedback_min: float = 0.25
     feedback_max: float = 2.0
+    # it tightens only on a miss the noise of arrivals hardly explains: more cold claims than
+    # the allowance by feedback_sigmas standard deviations (window.significantly_above)
+    feedback_sigmas: float = 2.0
     # the circuit breaker (docs/design/autoscaler.md, "A pool that never becomes Ready"): it
     # trips when the oldest not-Ready member is older than breaker_factor x the p99 refill time
     # (breaker_default when none was measured), kept within breaker_floor..breaker_cap — the

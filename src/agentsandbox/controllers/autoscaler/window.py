@@ -315,7 +315,10 @@ class LongWindow:
 
 
 def group_floor(bins: ArrivalBins, since: float, allowed: float) -> int:
-    """The smallest N with ``sum over bins of (largest group - N)+ <= allowed``."""
+    """The smallest N with ``sum over bins of (largest group - N)+ <= allowed``, where at least
+    one cold claim is allowed (two claims at once among few is a coincidence, not a group to
+    hold a sandbox for)."""
+    allowed = max(allowed, 1.0)
     k0 = max(math.floor(since / bins.width), bins.first)
     sizes = [g for g in bins.largest[k0 - bins.first :] if g > 1]
     n = max(sizes, default=0)

@@ -111,3 +111,12 @@ def test_the_start_up_claims_do_not_count() -> None:
     arrivals = poisson(1.0, 0, 1200, 5)
     memory = _replay(arrivals, 1200, 0.0, replace(POLICY, stable_window=1800.0))
     assert memory.allowance_scale == 1.0
+
+
+def test_a_miss_chance_alone_explains_does_not_tighten() -> None:
+    """A claim every 40 s, two of them an hour cold (2.2 %, above the 1 % allowance): with 90
+    claims an hour the allowance is 0.9 cold claims, and two are within the noise of arrivals
+    (not feedback_sigmas standard deviations above it), so the pool is not grown for them. The
+    same share at 2 claims/s is a miss no chance explains, and tightens."""
+    assert run(0.022, 4, rate=0.025) >= 1.0
+    assert run(0.022, 4, rate=2.0) < 0.5

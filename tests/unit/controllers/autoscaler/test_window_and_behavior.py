@@ -80,6 +80,19 @@ def test_the_group_floor_keeps_the_largest_groups_cold_claims_within_the_allowan
     assert group_floor(ArrivalBins(10.0), 0.0, allowed=1.0) == 0
 
 
+def test_the_group_floor_allows_one_coincidence_among_few_claims() -> None:
+    """Sparse claims: two with one creation time once among a few are a coincidence, and a
+    pool of 1 is enough for them even when the allowance of so few claims is below one claim;
+    the same twice is a group to hold a second sandbox for."""
+    bins = ArrivalBins(10.0)
+    for t in (0.0, 40.0, 80.0, 80.001, 120.0):
+        bins.add(t, 0.05)
+    assert group_floor(bins, 0.0, allowed=0.05) == 1
+    bins.add(160.0, 0.05)
+    bins.add(160.001, 0.05)
+    assert group_floor(bins, 0.0, allowed=0.05) == 2
+
+
 def test_a_trend_needs_enough_bins_and_a_significant_slope() -> None:
     flat = ArrivalBins.of([k * 1.0 for k in range(600)], 10.0, 0.05)
     assert trend(flat, 0.0, 600.0, 1.0) == 0.0
