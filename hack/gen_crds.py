@@ -1034,6 +1034,21 @@ def autoscaler() -> tuple[Schema, Schema]:
                     "scaleDownStretch": number(
                         "Factor the scale-down window is stretched by after misses.", minimum=1
                     ),
+                    "burstRises": _described(
+                        {
+                            "type": "array",
+                            "items": obj(
+                                {
+                                    "start": number("When the rise was detected (seconds)."),
+                                    "end": number("When it was over; absent: it went on."),
+                                },
+                                required=["start"],
+                            ),
+                            "maxItems": 12,
+                        },
+                        "The latest panics' rises (controller clock): the bursts' schedule "
+                        "is learnt from them.",
+                    ),
                 },
                 "What the sizing has measured and learnt, kept across restarts.",
             ),

@@ -36,6 +36,8 @@ from agentsandbox.controllers.autoscaler.act import (
     failed_test,
 )
 from agentsandbox.controllers.autoscaler.controller import Settings as AutoscalerSettings
+from agentsandbox.controllers.autoscaler.cycle import Rise
+from agentsandbox.controllers.autoscaler.memory import Memory
 from agentsandbox.controllers.claim import controller as claim_controller
 from agentsandbox.controllers.sandbox import controller as sandbox_controller
 from agentsandbox.controllers.warmpool import controller as warmpool
@@ -150,6 +152,42 @@ async def test_the_crd_rejects_min_above_max_and_a_share_outside_0_1(
         namespace,
     )
     assert made["spec"]["minReplicas"] == 1  # the CRD default
+
+
+async def test_the_status_keeps_the_bursts_rises_a_restart_takes_back(
+    client: Client, namespace: str
+) -> None:
+    """The schedule of bursts is learnt from the rises kept in ``status.estimates.burstRises``:
+    a schema without the field would prune them on the status write, and a restart would learn
+    the schedule again over seven bursts. Written as the controller writes them, read back
+    unchanged, and taken back by a new process's memory; more than 12 are refused."""
+    made = await client.create(
+        SANDBOX_WARM_POOL_AUTOSCALERS,
+        autoscaler_obj("rises", "p", maxReplicas=3, targetWarmShare=0.99),
+        namespace,
+    )
+    memory = Memory()
+    memory.bursts.rises = [Rise(1000.0 + 600.0 * k, 1016.0 + 600.0 * k) for k in range(7)]
+    memory.bursts.rises.append(Rise(5300.0))  # one going on
+    estimates = memory.estimates()
+    written = await client.update_status(
+        SANDBOX_WARM_POOL_AUTOSCALERS, {**made, "status": {"estimates": estimates}}, namespace
+    )
+    got = await client.get(SANDBOX_WARM_POOL_AUTOSCALERS, "rises", namespace)
+    assert got["status"]["estimates"]["burstRises"] == estimates["burstRises"]
+    fresh = Memory()
+    fresh.restore(None, 5400.0, 3, got["status"]["estimates"])
+    assert [(r.start, r.end) for r in fresh.bursts.rises] == [
+        (r.start, r.end) for r in memory.bursts.rises
+    ]
+    too_many = [{"start": float(k)} for k in range(13)]
+    with pytest.raises(ApiError) as err:
+        await client.update_status(
+            SANDBOX_WARM_POOL_AUTOSCALERS,
+            {**written, "status": {"estimates": {"burstRises": too_many}}},
+            namespace,
+        )
+    assert "burstRises" in str(err.value), err.value
 
 
 TARGET_RULE = "spec.scaleTargetRef must name a SandboxWarmPool"

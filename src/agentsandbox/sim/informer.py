@@ -72,7 +72,7 @@ class Informed:
         self.memory = Memory()
         self.seeded = False
         self.persisted: ArrivalBins | None = None
-        self.estimates: dict[str, float] | None = None  # the status' estimates at the restart
+        self.estimates: dict[str, object] | None = None  # the status' estimates at the restart
         self.claims = 0
         # (created, deleted, uid) of recent claims, for a relist
         self.recent: deque[tuple[float, float, str]] = deque()

@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agentsandbox.controllers.autoscaler.cycle import Bursts
+from agentsandbox.controllers.autoscaler.cycle import RISES_KEPT, Bursts, Rise
 from agentsandbox.controllers.autoscaler.window import ArrivalBins, LongWindow
 
 
@@ -71,17 +71,27 @@ class Memory:
             self.allowance_scale = kept["allowanceScale"]
         if "scaleDownStretch" in kept:
             self.hold = max(kept["scaleDownStretch"], 1.0)
+        if not self.bursts.rises and isinstance(estimates, Mapping):
+            # the schedule of bursts is learnt from several rises (cycle_rises): without them a
+            # restart would size as if no schedule were known for that many bursts
+            self.bursts.rises = parse_rises(estimates.get("burstRises"), now)
 
-    def estimates(self) -> dict[str, float]:
+    def estimates(self) -> dict[str, object]:
         """What a new process takes back from the status (:meth:`restore`), rounded so that
-        the status changes only when one of them does."""
-        out: dict[str, float] = {}
+        the status changes only when one of them does (the rises: when a burst starts or
+        ends)."""
+        out: dict[str, object] = {}
         if self.refill_mean is not None and self.refill_p99 is not None:
             out["refillMeanSeconds"] = round(self.refill_mean, 2)
             out["refillP99Seconds"] = round(self.refill_p99, 2)
             out["refillKappa"] = round(self.refill_kappa, 3)
         out["allowanceScale"] = round(self.allowance_scale, 3)
         out["scaleDownStretch"] = round(self.hold, 2)
+        if self.bursts.rises:
+            out["burstRises"] = [
+                {"start": round(r.start, 1)} | ({} if r.end is None else {"end": round(r.end, 1)})
+                for r in self.bursts.rises[-RISES_KEPT:]
+            ]
         return out
 
 
@@ -110,3 +120,29 @@ def parse_estimates(data: object) -> dict[str, float]:
         if out.get(name, 1.0) <= 0:
             del out[name]
     return out
+
+
+def parse_rises(data: object, now: float) -> list[Rise]:
+    """The bursts' rises a previous process wrote (:meth:`Memory.estimates`), in order: an item
+    that is not a mapping with a finite ``start`` not after ``now`` is left out, an ``end`` that
+    is not a finite number at or after its start is dropped (the rise is then over at the next
+    pass that sees no panic), and only the latest :data:`RISES_KEPT` are kept."""
+    if not isinstance(data, list):
+        return []
+    out: list[Rise] = []
+    for item in data[-4 * RISES_KEPT :]:
+        if not isinstance(item, Mapping):
+            continue
+        start, end = item.get("start"), item.get("end")
+        if not _finite(start) or start > now:  # type: ignore[operator]
+            continue
+        rise = Rise(float(start))  # type: ignore[arg-type]
+        if _finite(end) and rise.start <= end <= now:  # type: ignore[operator]
+            rise.end = float(end)  # type: ignore[arg-type]
+        out.append(rise)
+    out.sort(key=lambda r: r.start)
+    return out[-RISES_KEPT:]
+
+
+def _finite(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)

@@ -245,3 +245,27 @@ def test_without_a_schedule_the_pool_holds_a_bursts_size_between_bursts() -> Non
     base = servers_for(0.3 * (90.0 + POLICY.refill_overhead), 0.99, 1000)
     late = [d.replicas for t, d in log if t > 5400.0]
     assert min(late) > base + 6, (min(late), base)
+
+
+def test_a_restart_keeps_the_schedule_of_bursts() -> None:
+    """The schedule is learnt from seven rises; before, a restart forgot them, and the new
+    process held a burst's size between bursts for seven more bursts (the restart between two
+    bursts of round 10's evaluation set: 1.08 x the static pool's idle time). The rises are
+    kept with the estimates, and the first pass of the new process has the schedule back."""
+    starts = scheduled(600.0, 30.0, 12, 5)
+    arrivals = poisson(0.3, 0, 7200, 5) + bursts(starts, 80, 15.0, 5)
+    log, memory = replay(arrivals, 7000.0, 90.0)
+    assert memory.bursts.cycle is not None and memory.window is not None
+    kept = memory.estimates()
+    fresh = Memory()
+    fresh.restore(memory.window.copy(), 7005.0, log[-1][1].replicas, kept)
+    obs = Observation(7005.0, (), [90.0] * 50, log[-1][1].replicas, bins=memory.window.copy())
+    d = decide(obs, POLICY, fresh)
+    assert fresh.bursts.cycle is not None
+    assert abs(fresh.bursts.cycle.period - memory.bursts.cycle.period) < 1.0
+    assert "bursts every" in d.message
+    # without the rises (a status written before they were kept), no schedule
+    old = Memory()
+    old.restore(memory.window.copy(), 7005.0, log[-1][1].replicas, {**kept, "burstRises": None})
+    decide(obs, POLICY, old)
+    assert old.bursts.cycle is None

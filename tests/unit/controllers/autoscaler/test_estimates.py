@@ -1,6 +1,7 @@
 """What the sizing has measured and learnt, kept in the autoscaler's status across a restart
 (``status.estimates``): the refill time's mean, p99 and peakedness factor, the allowance
-correction from the realised warm share and the scale-down window's stretch."""
+correction from the realised warm share, the scale-down window's stretch and the bursts' rises
+(the schedule of bursts is learnt from them)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import math
 import pytest
 
 from agentsandbox.api.conditions import TRUE
+from agentsandbox.controllers.autoscaler.cycle import Rise
+from agentsandbox.controllers.autoscaler.memory import parse_rises
 from agentsandbox.controllers.autoscaler.plan import (
     REASON_NO_DATA,
     Memory,
@@ -47,8 +50,10 @@ def test_a_restart_keeps_the_refill_time_until_one_kept_p99_has_passed() -> None
     early = decide(Observation(4030.0, arrivals, [20.0, 30.0], 100), POLICY, fresh)
     assert early.reason != REASON_NO_DATA
     assert early.refill_time == pytest.approx(90.0 + POLICY.refill_overhead, abs=0.01)
+    p99 = kept["refillP99Seconds"]
+    assert isinstance(p99, float)
     late = decide(
-        Observation(4000.0 + kept["refillP99Seconds"] + 1, arrivals, [20.0, 30.0], 100),
+        Observation(4000.0 + p99 + 1, arrivals, [20.0, 30.0], 100),
         POLICY,
         fresh,
     )
@@ -125,3 +130,34 @@ def test_the_simulated_restart_hands_the_estimates_to_the_new_process() -> None:
     assert sim.informed.estimates is not None
     assert sim.informed.estimates["refillMeanSeconds"] == pytest.approx(5.0, abs=0.01)
     assert sim.memory.refill_mean == pytest.approx(5.0, abs=0.01)
+
+
+def test_kept_rises_that_are_not_valid_are_left_out() -> None:
+    """The bursts' rises come from the status, which any writer of it may have changed: what is
+    not a rise (not a mapping, no finite start, a start in the future) is left out, an end
+    before its start is dropped, and at most the latest twelve are kept, in order."""
+    kept = [
+        {"start": 300.0, "end": 310.0},
+        "not a rise",
+        {"start": 100.0},
+        {"start": math.inf},
+        {"start": True},
+        {"start": 5000.0},  # after now
+        {"start": 200.0, "end": 150.0},  # ends before it starts: the end dropped
+        {"end": 20.0},
+    ]
+    rises = parse_rises(kept, 4000.0)
+    assert [(r.start, r.end) for r in rises] == [(100.0, None), (200.0, None), (300.0, 310.0)]
+    many = [{"start": float(i), "end": float(i) + 1} for i in range(30)]
+    assert [r.start for r in parse_rises(many, 4000.0)] == [float(i) for i in range(18, 30)]
+    assert parse_rises({"start": 1.0}, 4000.0) == []
+    fresh = Memory()
+    fresh.restore(None, 4000.0, 5, {"burstRises": kept})
+    assert [r.start for r in fresh.bursts.rises] == [100.0, 200.0, 300.0]
+
+
+def test_the_rises_are_written_rounded_and_only_while_there_are_some() -> None:
+    memory = Memory()
+    assert "burstRises" not in memory.estimates()
+    memory.bursts.rises = [Rise(100.04, 115.96), Rise(700.0)]
+    assert memory.estimates()["burstRises"] == [{"start": 100.0, "end": 116.0}, {"start": 700.0}]
