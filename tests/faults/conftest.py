@@ -9,7 +9,6 @@ fault touches (``witness``), through which the claim history watches (``wclient`
 
 from __future__ import annotations
 
-import contextlib
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -24,7 +23,7 @@ from agentsandbox.kube.config import load_kubeconfig
 from tests.conftest import started_cluster
 from tests.integration.invariants import controller_process
 
-from .faultkit import ProxyProcess, kubeconfig_via, proxy
+from .faultkit import ProxyProcess, delete_namespace, kubeconfig_via, proxy
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -113,12 +112,12 @@ async def wclient(witness: Path) -> AsyncIterator[Client]:
 
 @pytest.fixture
 def pns(private_cluster: DevCluster) -> Iterator[str]:
-    """A fresh namespace on the module's private control plane, deleted afterwards."""
+    """A fresh namespace on the module's private control plane, deleted afterwards, and gone
+    before the next test starts (:func:`delete_namespace`: the next may kill kube-apiserver)."""
     name = f"f-{uuid.uuid4().hex[:10]}"
     private_cluster.api("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
     yield name
-    with contextlib.suppress(OSError):
-        private_cluster.api("DELETE", f"/api/v1/namespaces/{name}")
+    delete_namespace(private_cluster, name)
 
 
 @pytest.fixture

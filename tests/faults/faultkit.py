@@ -38,6 +38,26 @@ SHORT_LEASE = (sys.executable, str(HERE / "short_lease_controller.py"))
 
 
 # ------------------------------------------------------------------------------------ apiserver
+def delete_namespace(cluster: DevCluster, name: str, within: float = 120.0) -> None:
+    """DELETE the namespace and wait until it is gone. The namespace controller deletes its
+    objects a collection at a time; a test after it that kills kube-apiserver would cut such a
+    request short, and the deletions it had made would have no audit record (the request was
+    never answered), so the claim history could not tell who made them."""
+    with contextlib.suppress(urllib.error.HTTPError):  # 404: gone already
+        cluster.api("DELETE", f"/api/v1/namespaces/{name}")
+
+    def gone() -> bool:
+        try:
+            cluster.api("GET", f"/api/v1/namespaces/{name}")
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                return True
+            raise
+        return False
+
+    eventually_sync(gone, within=within, what=f"namespace {name} deleted", interval=0.2)
+
+
 def restart_apiserver(
     cluster: DevCluster,
     *,
