@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from agentsandbox.controllers.autoscaler.cycle import RISES_KEPT, Bursts, Rise
 from agentsandbox.controllers.autoscaler.window import ArrivalBins, LongWindow
@@ -113,9 +114,8 @@ def parse_estimates(data: object) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, (lo, hi) in ESTIMATE_BOUNDS.items():
         v = data.get(name)
-        number = isinstance(v, int | float) and not isinstance(v, bool)
-        if number and math.isfinite(v) and lo <= v <= hi:  # type: ignore[arg-type, operator]
-            out[name] = float(v)  # type: ignore[arg-type]
+        if _finite(v) and lo <= v <= hi:
+            out[name] = float(v)
     for name in ("refillMeanSeconds", "refillKappa"):  # a mean or a factor of 0 is no measure
         if out.get(name, 1.0) <= 0:
             del out[name]
@@ -134,15 +134,16 @@ def parse_rises(data: object, now: float) -> list[Rise]:
         if not isinstance(item, Mapping):
             continue
         start, end = item.get("start"), item.get("end")
-        if not _finite(start) or start > now:  # type: ignore[operator]
+        if not _finite(start) or start > now:
             continue
-        rise = Rise(float(start))  # type: ignore[arg-type]
-        if _finite(end) and rise.start <= end <= now:  # type: ignore[operator]
-            rise.end = float(end)  # type: ignore[arg-type]
+        rise = Rise(float(start))
+        if _finite(end) and rise.start <= end <= now:
+            rise.end = float(end)
         out.append(rise)
     out.sort(key=lambda r: r.start)
     return out[-RISES_KEPT:]
 
 
-def _finite(v: object) -> bool:
+def _finite(v: object) -> TypeGuard[int | float]:
+    """A number (not a bool) that is finite."""
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
