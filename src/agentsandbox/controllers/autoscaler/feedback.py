@@ -11,6 +11,9 @@ claims better than the target, so that the share over the hour — what the targ
 comes back to it. Only a miss the noise of arrivals hardly explains tightens (``feedback_sigmas``
 standard deviations above the allowance's count: one or two cold claims among a hundred are
 chance).
+
+The same realised share, over the claim controller's window, stretches the scale-down window
+after a miss that followed a rise (:func:`stretch_hold`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,45 @@ class Steered(Protocol):
     served_warm: float
     served_cold: float
     allowance_scale: float
+
+
+class Held(Protocol):
+    """What the scale-down window's stretch keeps between decisions (plan.Memory has it)."""
+
+    hold: float
+    last_panic: float | None
+    first_seen: float | None
+
+
+def stretch_hold(
+    served: tuple[int, int] | None, policy: Policy, memory: Held, now: float, dt: float
+) -> tuple[float | None, bool]:
+    """The realised warm share of the claim controller's window (``served``: warm, cold; None
+    when no claim was served) and whether its cold claims miss the allowance beyond chance;
+    such a miss after a rise the model did not see coming stretches the scale-down window
+    (``memory.hold``: doubling, up to ``hold_max``), which relaxes back over ``hold_relax``."""
+    if served is None:
+        return None, False
+    warm, cold = served
+    total = warm + cold
+    realised = warm / total if total else None
+    allowed = (1.0 - policy.target_warm_share) * total
+    if dt > 0:
+        memory.hold = 1.0 + (memory.hold - 1.0) * math.exp(-dt / policy.hold_relax)
+    # a miss after a rise the model did not see coming (a panic within the window): keep
+    # capacity longer; a miss in steady traffic is the model's noise, not a reason to hold,
+    # nor is one of the start-up (the first stable window, while the first members are made:
+    # the pool was small because nothing was known, not because it shrank too soon)
+    surprised = (
+        memory.last_panic is not None
+        and memory.first_seen is not None
+        and now - memory.last_panic <= policy.rate_window
+        and now - memory.first_seen >= policy.stable_window
+    )
+    missing = total >= policy.feedback_min_claims and significantly_above(cold, allowed)
+    if surprised and missing:
+        memory.hold = min(policy.hold_max, max(memory.hold, 2.0 * memory.hold))
+    return realised, missing
 
 
 def steer_allowance(

@@ -28,6 +28,7 @@ class Memory:
     window: ArrivalBins | None = None  # the window of the last decision (to persist)
     panic_until: float | None = None
     regime_start: float | None = None  # the last significant change of rate
+    dropped_at: float | None = None  # when a significant drop was last seen (its end)
     last_panic: float | None = None
     hold: float = 1.0  # the feedback's stretch of the scale-down window
     served_last: tuple[int, int] | None = None  # the served totals of the last decision

@@ -105,7 +105,7 @@ from agentsandbox.controllers.autoscaler.decision import (
     Decision,
     Observation,
 )
-from agentsandbox.controllers.autoscaler.feedback import steer_allowance
+from agentsandbox.controllers.autoscaler.feedback import steer_allowance, stretch_hold
 from agentsandbox.controllers.autoscaler.memory import ESTIMATE_BOUNDS, Memory, parse_estimates
 from agentsandbox.controllers.autoscaler.policy import Policy
 from agentsandbox.controllers.autoscaler.queueing import (
@@ -115,6 +115,7 @@ from agentsandbox.controllers.autoscaler.queueing import (
     percentile,
     poisson_quantile,
     servers_for,
+    settled_mean,
     slot_kappa,
 )
 from agentsandbox.controllers.autoscaler.window import (
@@ -209,7 +210,13 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
 
     if obs.refill_seconds and (memory.refill_until is None or now >= memory.refill_until):
         memory.refill_until = None
-        memory.refill_mean = sum(obs.refill_seconds) / len(obs.refill_seconds)
+        memory.refill_mean = settled_mean(
+            memory.refill_mean,
+            obs.refill_seconds,
+            dt,
+            policy.refill_horizon,
+            policy.refill_sigmas,
+        )
         memory.refill_p99 = percentile(obs.refill_seconds, 0.99)
         memory.refill_kappa = slot_kappa(obs.refill_seconds)
     if memory.refill_mean is None or memory.refill_p99 is None:
@@ -295,6 +302,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         memory.regime_start = now - panic_span
     elif stable_span > 2 * panic_span and significantly_below(panic_claims, expected, dispersion):
         memory.regime_start = now - panic_span  # a significant drop: a new regime
+        memory.dropped_at = now
     elif stable_span > 2 * policy.drift_window and rate * policy.drift_window >= MIN_EVIDENCE:
         # a slower change (a ramp): the last drift_window against the regime's rate, both ways
         drift_claims, _, _, dstart = bins.total(now - policy.drift_window)
@@ -345,12 +353,18 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
 
     # a rising trend within the regime (a ramp too slow to be a change): the rate one refill
     # time ahead, when the least-squares slope of the bins is significantly positive
-    # (tested once per bin, on the closed bins: as often whatever the passes' frequency)
+    # (tested once per bin, on the closed bins: as often whatever the passes' frequency). The
+    # slope is fitted from the end of the last drop on (a regime that began with a drop, the
+    # low panic window its first minute, rises from it when the drop was a chance dip: no
+    # ramp), and only over drift_window of claims at least: a slope of a minute's bins,
+    # extrapolated a refill time ahead, is chance times the refill time
     if memory.trend_bin != current_bin:
         memory.trend_bin = current_bin
+        fitted = max(start, begin, memory.dropped_at or begin)
+        closed = current_bin * bins.width
         memory.trend = (
-            trend_of(bins, max(start, begin), current_bin * bins.width, dispersion)
-            if stable_claims >= MIN_EVIDENCE
+            trend_of(bins, fitted, closed, dispersion)
+            if stable_claims >= MIN_EVIDENCE and closed - fitted >= policy.drift_window
             else 0.0
         )
     trend = 0.0 if panicking else memory.trend
@@ -414,22 +428,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     rec = min(max(need, lo), hi)
 
     # the realised warm share: stretch the scale-down window while it misses the allowance
-    realised = None
-    missing = False
-    if obs.served is not None:
-        warm, cold = obs.served
-        served = warm + cold
-        if served:
-            realised = warm / served
-        allowed = (1.0 - policy.target_warm_share) * served
-        if dt > 0:
-            memory.hold = 1.0 + (memory.hold - 1.0) * math.exp(-dt / policy.hold_relax)
-        # a miss after a rise the model did not see coming (a panic within the window): keep
-        # capacity longer; a miss in steady traffic is the model's noise, not a reason to hold
-        surprised = memory.last_panic is not None and now - memory.last_panic <= policy.rate_window
-        missing = served >= policy.feedback_min_claims and significantly_above(cold, allowed)
-        if surprised and missing:
-            memory.hold = min(policy.hold_max, max(memory.hold, 2.0 * memory.hold))
+    realised, missing = stretch_hold(obs.served, policy, memory, now, dt)
 
     # bursts on a schedule (cycle.py): between the last one and the next one due, the size the
     # claims between bursts need; from the refill p99 (plus the rate limits' steps) before it,

@@ -48,6 +48,10 @@ class Policy:
     # added to the measured create -> Ready time: the work queue's coalescing and the create call
     # before the create is timed (the slot is busy from the adoption, not from the create)
     refill_overhead: float = 0.05
+    # the measured refill time is smoothed over refill_horizon seconds while the recent samples'
+    # mean stays within refill_sigmas standard errors of it (queueing.settled_mean)
+    refill_horizon: float = 1800.0
+    refill_sigmas: float = 3.0
     scale_up: Rules = DEFAULT_SCALE_UP
     scale_down: Rules = DEFAULT_SCALE_DOWN
     # feedback: the scale-down window is stretched up to this factor while the realised cold

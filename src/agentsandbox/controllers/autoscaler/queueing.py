@@ -1,5 +1,6 @@
 """Warm-pool autoscaler: the loss-system formulas its sizing rests on (pure): Erlang-B, its
-size for a target, Hayward's approximation for a peaked load, and the refill times' ``κ``."""
+size for a target, Hayward's approximation for a peaked load, and the refill times' ``κ`` and
+settled mean."""
 
 from __future__ import annotations
 
@@ -157,3 +158,21 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
     return ordered[rank]
+
+
+def settled_mean(
+    previous: float | None, samples: Sequence[float], dt: float, horizon: float, sigmas: float
+) -> float:
+    """The refill time the sizing uses: the mean of the recent ``samples``, smoothed over about
+    ``horizon`` seconds (``dt`` since the last call) while it stays within ``sigmas`` standard
+    errors of the smoothed one, and taken at once when it moves further. A few hundred samples
+    of a spread-out refill time (a 90 s lognormal's mean wanders by 2 % over 200) would otherwise
+    move the size with their chance, up at once and down only after the scale-down window."""
+    n = len(samples)
+    recent = sum(samples) / n
+    if previous is None or n < 2 or horizon <= 0:
+        return recent
+    spread = math.sqrt(sum((x - recent) ** 2 for x in samples) / (n - 1) / n)
+    if abs(recent - previous) > sigmas * spread:
+        return recent
+    return previous + (recent - previous) * min(1.0, max(dt, 0.0) / horizon)

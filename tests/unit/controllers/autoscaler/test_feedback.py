@@ -73,7 +73,7 @@ def test_unsettled_passes_count_no_claims() -> None:
 
 def _replay(arrivals: list[float], until: float, cold_from: float, policy: Policy) -> Memory:
     """Decide every 5 s over ``arrivals``; the claim controller reports each claim warm before
-    ``cold_from`` and cold from then on."""
+    ``cold_from`` and cold from then on (in total, and over its last 10 minutes)."""
     memory = Memory()
     bins = ArrivalBins(policy.bin_width)
     pending = sorted(arrivals)
@@ -86,7 +86,17 @@ def _replay(arrivals: list[float], until: float, cold_from: float, policy: Polic
             else:
                 cold += 1
             i += 1
-        obs = Observation(now, (), [90.0] * 50, current, bins=bins, served_total=(warm, cold))
+        recent = [a for a in pending[:i] if a > now - 600.0]
+        recent_cold = sum(1 for a in recent if a >= cold_from)
+        obs = Observation(
+            now,
+            (),
+            [90.0] * 50,
+            current,
+            bins=bins,
+            served=(len(recent) - recent_cold, recent_cold),
+            served_total=(warm, cold),
+        )
         current = decide(obs, policy, memory).replicas
         bins.span = occupancy_span(policy, memory)
         now += 5.0
@@ -120,3 +130,18 @@ def test_a_miss_chance_alone_explains_does_not_tighten() -> None:
     same share at 2 claims/s is a miss no chance explains, and tightens."""
     assert run(0.022, 4, rate=0.025) >= 1.0
     assert run(0.022, 4, rate=2.0) < 0.5
+
+
+def test_the_start_up_cold_claims_do_not_stretch_the_scale_down_window() -> None:
+    """A pool made while claims already arrive serves them cold until its members are Ready,
+    and its first claims rise above nothing (a panic): that is no rise the model missed, so the
+    scale-down window is not stretched for it (round 11's design stretched it twelvefold and
+    held the start-up's size for the next hour). The cold claims of a step after the start-up
+    still stretch it."""
+    arrivals = poisson(0.3, 0, 400, 6) + poisson(2.0, 400, 1500, 7)
+    memory = _replay(arrivals, 1500, 0.0, POLICY)
+    assert memory.last_panic is not None  # the start-up's rise did panic
+    assert memory.hold == 1.0
+    step = 7200.0
+    arrivals = poisson(0.5, 0, step, 3) + poisson(3.0, step, step + 300, 4)
+    assert _replay(arrivals, step + 240, step, POLICY).hold > 1.0

@@ -4,6 +4,7 @@ grouped arrivals, rate limits, restarts, cost."""
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import re
 
@@ -424,6 +425,64 @@ def test_a_steady_load_is_sized_on_the_long_horizons_rate() -> None:
         at_size += sum(d.replicas == 6 for d in late)
         total += len(late)
     assert at_size / total >= 0.65, at_size / total
+
+
+def lognormal_refills(seed: int, n: int = 200) -> list[float]:
+    """``n`` draws of a refill time like a pulled image's: median 90 s, sigma 0.3."""
+    rng = random.Random(seed)
+    return [rng.lognormvariate(math.log(90.0), 0.3) for _ in range(n)]
+
+
+def test_the_size_does_not_follow_the_chance_of_the_refill_samples() -> None:
+    """200 draws of a 90 s lognormal refill time have a mean that wanders by about 2 % with
+    chance (one standard error is 2.2 %), and the Erlang-B size at 1.5 claims/s with it: up at
+    once, down only after the scale-down window, so a mean pool above the static one. A recent
+    mean within three standard errors of the settled one moves it by the pass's share of the
+    refill horizon only."""
+    memory = Memory()
+    first_samples = lognormal_refills(1)
+    first = decide(Observation(10_000.0, even(1.5, 10_000.0), first_samples, 1), POLICY, memory)
+    mean = sum(first_samples) / len(first_samples)
+    assert first.refill_time == pytest.approx(mean + POLICY.refill_overhead)
+    wandered = [x * 1.02 for x in first_samples]  # 2 %: within chance
+    later = decide(
+        Observation(10_015.0, even(1.5, 10_015.0), wandered, first.replicas), POLICY, memory
+    )
+    moved = 0.02 * mean * 15.0 / POLICY.refill_horizon
+    assert later.refill_time == pytest.approx(mean + moved + POLICY.refill_overhead)
+    assert later.replicas == first.replicas
+
+
+def test_a_refill_time_that_moves_beyond_chance_is_taken_at_once() -> None:
+    """Pods that start to take 30 % longer (a slower registry) are no chance of the samples:
+    the size follows at the next pass."""
+    memory = Memory()
+    samples = lognormal_refills(2)
+    first = decide(Observation(10_000.0, even(1.5, 10_000.0), samples, 1), POLICY, memory)
+    slower = [x * 1.3 for x in samples]
+    later = decide(
+        Observation(10_015.0, even(1.5, 10_015.0), slower, first.replicas), POLICY, memory
+    )
+    assert later.refill_time == pytest.approx(sum(slower) / len(slower) + POLICY.refill_overhead)
+    assert later.replicas > first.replicas
+
+
+def test_a_chance_dip_and_the_recovery_after_it_are_no_ramp() -> None:
+    """Steady claims at 1.5/s with a 94 s refill, and one minute at a quarter of that rate (a
+    significant drop: a new regime). When the claims come back, the new regime's bins rise from
+    the dip: fitted over them alone that was a steep ramp, extrapolated a refill time ahead to
+    twice the load (round 11's design stepped a steady pool from 190 to 314 for ten minutes).
+    Fitted over the drift window, the minute before the dip included, there is no ramp."""
+    dip = 7200.0
+    arrivals = [
+        t
+        for t in even(1.5, dip + 900.0, window=dip + 900.0)
+        if not (dip <= t < dip + 60.0) or int(t * 1.5) % 4 == 0
+    ]
+    log = run(arrivals, 0.0, dip + 900.0, 94.0, every=5.0)
+    before = max(d.replicas for t, d in log if dip - 900.0 <= t < dip)
+    after = max(d.replicas for t, d in log if dip <= t)
+    assert after <= before * 1.1, (before, after)
 
 
 def test_a_step_the_long_horizon_has_not_caught_up_with_is_sized_on_the_window() -> None:

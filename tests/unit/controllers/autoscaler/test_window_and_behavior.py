@@ -26,6 +26,7 @@ from agentsandbox.controllers.autoscaler.queueing import (
     hayward_blocking,
     hayward_servers,
     servers_for,
+    settled_mean,
     slot_kappa,
 )
 from agentsandbox.controllers.autoscaler.rules import StatusInput, build_status
@@ -171,6 +172,22 @@ def test_loss_formulas_at_their_edges() -> None:
     # Hayward at a fraction of a server interpolates, and a blocking of 0 stays 0
     assert hayward_blocking(3, 0.5, 2.0) < hayward_blocking(2, 0.5, 2.0)
     assert hayward_blocking(100, 1e-9, 1.5) == pytest.approx(0.0, abs=1e-300)
+
+
+def test_the_settled_refill_mean_at_its_edges() -> None:
+    # nothing settled yet, or one sample (no spread to test against): the recent mean
+    assert settled_mean(None, [1.0, 3.0], 10.0, 100.0, 3.0) == 2.0
+    assert settled_mean(5.0, [2.0], 10.0, 100.0, 3.0) == 2.0
+    # within chance: the pass's share of the horizon, at most all of it
+    samples = [9.0, 11.0] * 50  # mean 10, one standard error 0.1
+    assert settled_mean(10.2, samples, 10.0, 100.0, 3.0) == pytest.approx(10.18)
+    assert settled_mean(10.2, samples, 500.0, 100.0, 3.0) == pytest.approx(10.0)
+    assert settled_mean(10.2, samples, -5.0, 100.0, 3.0) == pytest.approx(10.2)
+    # beyond chance, or no horizon: the recent mean at once
+    assert settled_mean(10.4, samples, 10.0, 100.0, 3.0) == pytest.approx(10.0)
+    assert settled_mean(10.2, samples, 10.0, 0.0, 3.0) == pytest.approx(10.0)
+    # all equal: any other settled value is beyond chance
+    assert settled_mean(4.0, [5.0] * 10, 10.0, 100.0, 3.0) == 5.0
 
 
 # ------------------------------------------------------------------------------- status
