@@ -360,7 +360,8 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     # extrapolated a refill time ahead, is chance times the refill time
     if memory.trend_bin != current_bin:
         memory.trend_bin = current_bin
-        fitted = max(start, begin, memory.dropped_at or begin)
+        dropped = begin if memory.dropped_at is None else memory.dropped_at
+        fitted = max(start, begin, dropped)
         closed = current_bin * bins.width
         memory.trend = (
             trend_of(bins, fitted, closed, dispersion)
