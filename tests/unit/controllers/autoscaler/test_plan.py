@@ -472,7 +472,7 @@ def test_a_chance_dip_and_the_recovery_after_it_are_no_ramp() -> None:
     significant drop: a new regime). When the claims come back, the new regime's bins rise from
     the dip: fitted over them alone that was a steep ramp, extrapolated a refill time ahead to
     twice the load (round 11's design stepped a steady pool from 190 to 314 for ten minutes).
-    Fitted over the drift window, the minute before the dip included, there is no ramp."""
+    Fitted from the end of the drop on, and over the drift window at least, there is no ramp."""
     dip = 7200.0
     arrivals = [
         t
