@@ -116,8 +116,10 @@ def load_trace(args: argparse.Namespace) -> Trace:
     return trace
 
 
-def run(args: argparse.Namespace) -> tuple[Trace, list[Comparison], float]:
-    """The simulations the command runs: (trace, one comparison per distribution, warm-up)."""
+def configs(args: argparse.Namespace) -> tuple[Trace, list[Config], float]:
+    """What the command simulates: (trace, one configuration per distribution, warm-up). The
+    configurations carry the autoscaler's policy; a static pool is the same with ``static``
+    set and no policy (:func:`.compare.smallest_static`)."""
     trace = load_trace(args)
     dists: list[lat.Latency] = []
     if args.latency in ("local", "both"):
@@ -146,10 +148,8 @@ def run(args: argparse.Namespace) -> tuple[Trace, list[Comparison], float]:
         events.append("members never Ready (no static search)")
     if events:
         print(f"events: {', '.join(events)}", file=sys.stderr)
-    results: list[Comparison] = []
-    for dist in dists:
-        print(f"{dist.name}:", file=sys.stderr)
-        cfg = Config(
+    cfgs = [
+        Config(
             trace=trace,
             latency=dist,
             seed=args.seed,
@@ -160,6 +160,17 @@ def run(args: argparse.Namespace) -> tuple[Trace, list[Comparison], float]:
             skew=args.skew,
             never_ready=args.never_ready,
         )
+        for dist in dists
+    ]
+    return trace, cfgs, warmup
+
+
+def run(args: argparse.Namespace) -> tuple[Trace, list[Comparison], float]:
+    """The simulations the command runs: (trace, one comparison per distribution, warm-up)."""
+    trace, cfgs, warmup = configs(args)
+    results: list[Comparison] = []
+    for cfg in cfgs:
+        print(f"{cfg.latency.name}:", file=sys.stderr)
         results.append(
             compare(
                 cfg,

@@ -1,0 +1,250 @@
+"""How much of a scenario's verdict is chance: its trace's process redrawn with other seeds.
+
+    python bench/autoscale/realisations.py --only grouped-8 --count 40 --latency lognormal --jobs 2
+
+One trace is one realisation of a random process, and the goal compares the autoscaler with the
+smallest static pool reaching the target *on that realisation*: a size chosen with hindsight.
+This replays each named scenario (of the evaluation set unless ``--set`` says otherwise) on
+``--count`` realisations of its trace's process: the same parts and parameters, seeds
+``SEED_BASE + i`` (no trace of either set has such a seed). Each realisation is judged exactly as
+``evaluate.py`` judges a run (:func:`evaluate.run_one`). Besides, it finds the fixed sizes that
+would meet the goal on that realisation: from ``lo``, the smallest whose warm share after the
+warm-up reaches the target minus the slack, to ``hi``, the largest whose idle sandbox-seconds are
+within the allowance of the hindsight static pool's (the hindsight size itself is always in the
+range).
+
+An autoscaler that knew the process exactly, but not how it falls, can do no better with one
+fixed size than the size held by the most of those ranges: the **best fixed size**, chosen here
+over the very realisations it is scored on, so its share is if anything flattering. The summary
+gives, per scenario and refill distribution, the share of realisations on which the autoscaler
+meets the goal and the share on which the best fixed size does.
+
+Writes ``<out>/realisations.json`` (every figure, the commands, the commit); under ``build/`` only,
+as ``evaluate.py``. Both warm share and idle time grow with the size (common random numbers, as
+the static search assumes), so ``lo`` and ``hi`` are found by bisection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import evaluate  # noqa: E402
+from scenarios import SETS, Scenario, TraceSpec, load_set, load_traces, sim_argv  # noqa: E402
+
+from agentsandbox.sim.__main__ import configs, parser  # noqa: E402
+from agentsandbox.sim.engine import Config, simulate  # noqa: E402
+
+SEED_BASE = 900_000  # realisation i of every trace has the seed SEED_BASE + i
+
+
+def realisation(trace: TraceSpec, i: int) -> TraceSpec:
+    return dataclasses.replace(trace, name=f"{trace.name}~{i}", seed=SEED_BASE + i)
+
+
+class Sizes:
+    """Static pools of one realisation, simulated once per size."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.runs: dict[int, tuple[float, float]] = {}  # size -> (warm share, idle seconds)
+
+    def __call__(self, n: int) -> tuple[float, float]:
+        if n not in self.runs:
+            r = simulate(dataclasses.replace(self.cfg, static=n, policy=None))
+            self.runs[n] = (r.warm_share, r.idle_seconds)
+        return self.runs[n]
+
+
+def lowest(sizes: Sizes, warm: float, start: int) -> int:
+    """The smallest size whose warm share reaches ``warm`` (``start`` reaches it)."""
+    good, step, bad = start, 1, 0
+    while good - step > bad:
+        n = good - step
+        if sizes(n)[0] >= warm:
+            good, step = n, step * 2
+        else:
+            bad = n
+            break
+    while good - bad > 1:
+        mid = (good + bad) // 2
+        if sizes(mid)[0] >= warm:
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def highest(sizes: Sizes, idle: float, start: int) -> int:
+    """The largest size whose idle seconds are at most ``idle`` (``start``'s are)."""
+    good, step = start, 1
+    while True:
+        n = good + step
+        if sizes(n)[1] <= idle:
+            good, step = n, step * 2
+        else:
+            bad = n
+            break
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if sizes(mid)[1] <= idle:
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def run_one(s: Scenario, trace: TraceSpec, i: int, latency: str, out: Path) -> dict[str, Any]:
+    spec = realisation(trace, i)
+    csv = evaluate.ensure_trace(spec, out / "traces")
+    entry = evaluate.run_one(s, spec, csv, latency, out, None)
+    entry["realisation"] = i
+    entry["seed"] = spec.seed
+    if entry["static_size"] is None:  # never Ready: nothing to compare with
+        return entry
+    started = time.perf_counter()
+    with contextlib.redirect_stderr(io.StringIO()):
+        _, [cfg], _ = configs(parser().parse_args(sim_argv(s, spec, csv, latency, out)))
+    sizes = Sizes(cfg)
+    hindsight = entry["static_size"]
+    allowance = evaluate.IDLE_STATIONARY if s.stationary else evaluate.IDLE_OTHER
+    lo = lowest(sizes, s.target - evaluate.WARM_SLACK - 1e-12, hindsight)
+    hi = highest(sizes, allowance * entry["static"]["idle_sandbox_seconds"], hindsight)
+    entry["fixed_sizes_meeting"] = [lo, hi]
+    entry["fixed_sizes_tried"] = {str(n): list(v) for n, v in sorted(sizes.runs.items())}
+    entry["wall_s"] += time.perf_counter() - started
+    return entry
+
+
+def _task(args: tuple[Scenario, TraceSpec, int, str, Path]) -> dict[str, Any]:
+    return run_one(*args)
+
+
+def summarise(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The autoscaler's and the best fixed size's share of realisations meeting the goal."""
+    judged = [e for e in entries if e["goal"]["met"] is not None]
+    ranges = [e["fixed_sizes_meeting"] for e in judged]
+    held = {
+        n: sum(1 for lo, hi in ranges if lo <= n <= hi)
+        for n in range(min(r[0] for r in ranges), max(r[1] for r in ranges) + 1)
+    }
+    best = max(held.values())
+    statics = [e["static_size"] for e in judged]
+    return {
+        "realisations": len(judged),
+        "autoscaler_met": sum(1 for e in judged if e["goal"]["met"]),
+        "autoscaler_warm_ok": sum(1 for e in judged if e["goal"]["warm_ok"]),
+        "best_fixed_met": best,
+        "best_fixed_sizes": [n for n, c in held.items() if c == best],
+        "fixed_met_by_size": {str(n): c for n, c in held.items()},
+        "hindsight_static_size": {
+            "min": min(statics),
+            "median": statistics.median(statics),
+            "max": max(statics),
+        },
+        "idle_ratio": {
+            "min": min(e["idle_ratio"] for e in judged),
+            "median": statistics.median(e["idle_ratio"] for e in judged),
+            "max": max(e["idle_ratio"] for e in judged),
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--set", choices=sorted(SETS), default="evaluation", dest="which")
+    p.add_argument("--only", action="append", required=True, metavar="NAME")
+    p.add_argument("--count", type=int, default=40, help="realisations per scenario")
+    p.add_argument("--latency", choices=evaluate.LATENCIES, action="append", default=[])
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--out", type=Path, default=Path("build/autoscale-realisations"))
+    args = p.parse_args(argv)
+    argv_shown = sys.argv[1:] if argv is None else argv
+    out = args.out.resolve()
+    if out == HERE.parent or HERE.parent in out.parents:
+        p.error(f"{args.out}: the results of a run are not committed; write them under build/")
+    if args.count < 1:
+        p.error("--count must be at least 1")
+    specs = load_traces()
+    scenarios = {s.name: s for s in load_set(args.which, specs)}
+    unknown = set(args.only) - set(scenarios)
+    if unknown:
+        p.error(f"no such scenario in the {args.which} set: {', '.join(sorted(unknown))}")
+    chosen = [scenarios[name] for name in dict.fromkeys(args.only)]
+    if any(s.never_ready for s in chosen):
+        p.error("a never-Ready scenario has no static pool to compare with")
+    latencies = args.latency or list(evaluate.LATENCIES)
+    tasks = [
+        (s, specs[s.trace], i, lat, out)
+        for s in chosen
+        for lat in latencies
+        for i in range(args.count)
+    ]
+    started = time.perf_counter()
+    entries: list[dict[str, Any]] = []
+    if args.jobs > 1:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            for entry in pool.map(_task, tasks):
+                print(f"#{entry['realisation']:<3} {evaluate.summary_line(entry)}", flush=True)
+                entries.append(entry)
+    else:
+        for task in tasks:
+            entry = _task(task)
+            print(f"#{entry['realisation']:<3} {evaluate.summary_line(entry)}", flush=True)
+            entries.append(entry)
+    summaries = []
+    for s in chosen:
+        for lat in latencies:
+            mine = [e for e in entries if e["scenario"] == s.name and e["latency"].startswith(lat)]
+            summary = {"scenario": s.name, "trace": s.trace, "latency": mine[0]["latency"]}
+            summary.update(summarise(mine))
+            summaries.append(summary)
+            print(
+                f"{s.name} {summary['latency']}: autoscaler met on {summary['autoscaler_met']} "
+                f"of {summary['realisations']} realisations, the best fixed size "
+                f"{summary['best_fixed_sizes']} on {summary['best_fixed_met']}; hindsight "
+                f"static {summary['hindsight_static_size']}"
+            )
+    head = evaluate.commit()
+    report = {
+        "set": args.which,
+        "command": "python bench/autoscale/realisations.py " + shlex.join(argv_shown),
+        "commit": head,
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "commit": head},
+        "jobs": args.jobs,
+        "seed_base": SEED_BASE,
+        "elapsed_s": time.perf_counter() - started,
+        "goal": {
+            "warm_slack": evaluate.WARM_SLACK,
+            "idle_allowance": {
+                "stationary": evaluate.IDLE_STATIONARY,
+                "other": evaluate.IDLE_OTHER,
+            },
+        },
+        "summaries": summaries,
+        "results": entries,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "realisations.json"
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {path} ({report['elapsed_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
