@@ -123,6 +123,7 @@ def run_one(s: Scenario, trace: TraceSpec, i: int, latency: str, out: Path) -> d
     sizes = Sizes(cfg)
     hindsight = entry["static_size"]
     allowance = evaluate.IDLE_STATIONARY if s.stationary else evaluate.IDLE_OTHER
+    sizes(hindsight)  # recorded beside the others (its warm share and idle time are known)
     lo = lowest(sizes, s.target - evaluate.WARM_SLACK - 1e-12, hindsight)
     hi = highest(sizes, allowance * entry["static"]["idle_sandbox_seconds"], hindsight)
     entry["fixed_sizes_meeting"] = [lo, hi]

@@ -1,0 +1,104 @@
+"""bench/autoscale/realisations.py: a scenario replayed on other realisations of its trace's
+process. The searches for the fixed sizes that would meet the goal, the best fixed size, the
+seeds (never a set's), and one short realisation run end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+AUTOSCALE = Path(__file__).resolve().parents[3] / "bench" / "autoscale"
+
+
+@pytest.fixture(scope="module")
+def rz() -> ModuleType:
+    if str(AUTOSCALE) not in sys.path:
+        sys.path.insert(0, str(AUTOSCALE))
+    return importlib.import_module("realisations")
+
+
+class Curve:
+    """Stands in for :class:`realisations.Sizes`: warm share and idle seconds per size."""
+
+    def __init__(self, warm: dict[int, float], idle_per_member: float = 100.0) -> None:
+        self.warm = warm
+        self.idle_per_member = idle_per_member
+        self.asked: list[int] = []
+
+    def __call__(self, n: int) -> tuple[float, float]:
+        self.asked.append(n)
+        w = max((v for k, v in self.warm.items() if k <= n), default=0.0)
+        return w, n * self.idle_per_member
+
+
+def test_lowest_is_the_smallest_size_reaching_the_warm_share(rz: ModuleType) -> None:
+    curve = Curve({100: 0.97, 108: 0.984, 109: 0.985, 112: 0.99})
+    assert rz.lowest(curve, 0.985, 112) == 109
+    assert rz.lowest(curve, 0.99, 112) == 112  # the start itself when nothing below reaches it
+    assert rz.lowest(Curve({1: 0.999}), 0.985, 30) == 1  # never below one member
+
+
+def test_highest_is_the_largest_size_within_the_idle_allowance(rz: ModuleType) -> None:
+    curve = Curve({1: 1.0})
+    assert rz.highest(curve, 1.05 * 118 * 100, 118) == 123  # 123 x 100 <= 12 390 < 124 x 100
+    assert rz.highest(curve, 118 * 100, 118) == 118
+
+
+def test_the_best_fixed_size_is_the_one_most_realisations_allow(rz: ModuleType) -> None:
+    def entry(lo: int, hi: int, met: bool, static: int) -> dict[str, Any]:
+        return {
+            "goal": {"met": met, "warm_ok": True},
+            "fixed_sizes_meeting": [lo, hi],
+            "static_size": static,
+            "idle_ratio": 1.0,
+        }
+
+    s = rz.summarise(
+        [entry(110, 118, True, 114), entry(115, 125, False, 120), entry(119, 130, True, 125)]
+    )
+    assert s["realisations"] == 3
+    assert s["autoscaler_met"] == 2
+    assert s["best_fixed_met"] == 2
+    assert s["best_fixed_sizes"] == [115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125]
+    assert s["fixed_met_by_size"]["110"] == 1 and s["fixed_met_by_size"]["130"] == 1
+    assert s["hindsight_static_size"] == {"min": 114, "median": 120, "max": 125}
+
+
+def test_no_realisation_has_the_seed_of_a_trace_of_either_set(rz: ModuleType) -> None:
+    traces = importlib.import_module("scenarios").load_traces()
+    spec = traces["held14-grouped-8"]
+    r = rz.realisation(spec, 3)
+    assert r.seed == rz.SEED_BASE + 3 and r.parts == spec.parts and r.name != spec.name
+    assert max(t.seed for t in traces.values()) < rz.SEED_BASE
+
+
+def test_a_realisation_is_judged_and_its_fixed_sizes_found(rz: ModuleType, tmp_path: Path) -> None:
+    sc = importlib.import_module("scenarios")
+    traces = sc.load_traces()
+    s = next(x for x in sc.load_set("tuning", traces) if x.name == "steady-a")
+    trace = dataclasses.replace(traces[s.trace], duration=2 * 3600.0)
+    s = dataclasses.replace(s, warmup=1800.0)
+    e = rz.run_one(s, trace, 0, "local", tmp_path)
+    lo, hi = e["fixed_sizes_meeting"]
+    assert e["seed"] == rz.SEED_BASE and e["goal"]["met"] is not None
+    assert lo <= e["static_size"] <= hi
+    tried = {int(n): v for n, v in e["fixed_sizes_tried"].items()}
+    assert tried[lo][0] >= s.target - 0.005 and (
+        lo - 1 not in tried or tried[lo - 1][0] < s.target - 0.005
+    )
+    assert tried[hi][1] <= 1.05 * e["static"]["idle_sandbox_seconds"] < tried[hi + 1][1]
+
+
+def test_the_results_of_a_run_are_not_written_into_bench(
+    rz: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        rz.main(["--only", "grouped-8", "--count", "1", "--out", str(AUTOSCALE / "x")])
+    assert "are not committed; write them under build/" in capsys.readouterr().err
+    assert not (AUTOSCALE / "x").exists()
