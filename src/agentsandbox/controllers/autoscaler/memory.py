@@ -42,6 +42,7 @@ class Memory:
     trend_bin: int | None = None  # the bin the trend was last tested in, and its result
     trend: float = 0.0
     breaker_since: float | None = None  # when the circuit breaker tripped (None: not tripped)
+    breaker_clear_since: float | None = None  # tripped, and no member not Ready since then
     panic_peak: float = 0.0  # the highest panic rate since the panic's rise began (claims/s)
     panic_settled: bool = False  # the panic's rise is over (until the next rise)
     refill_until: float | None = None  # a kept refill time is used until then (restore)

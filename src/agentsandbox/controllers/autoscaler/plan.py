@@ -153,7 +153,7 @@ def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     tripped the size never grows (the refill time it is sized on is stale, and every claim is
     served cold whatever the size); scale-down is unchanged. It holds, even while the pool
     replaces its stuck members, until the pool progresses and a member becomes Ready after
-    the trip (or no member is left not Ready)."""
+    the trip (or no member has been left not Ready for a whole limit)."""
     sized = _size(obs, policy, memory)
     limit = breaker_limit(policy, memory)
     age = obs.oldest_not_ready_age
@@ -164,8 +164,15 @@ def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         ready_since_trip = (
             obs.last_ready_age is not None and obs.now - obs.last_ready_age >= memory.breaker_since
         )
-        if ready_since_trip or age is None:
-            memory.breaker_since = None
+        # no member left not Ready: a stuck one deleted before its replacement is made looks
+        # the same for a moment, so it counts once it has lasted a whole limit
+        if age is not None:
+            memory.breaker_clear_since = None
+        elif memory.breaker_clear_since is None:
+            memory.breaker_clear_since = obs.now
+        clear = memory.breaker_clear_since
+        if ready_since_trip or (clear is not None and obs.now - clear >= limit):
+            memory.breaker_since = memory.breaker_clear_since = None
     if memory.breaker_since is None:
         if obs.pool_progressing and not (old and idle):
             return sized

@@ -11,6 +11,7 @@ from agentsandbox.controllers.autoscaler.plan import (
     Memory,
     Observation,
     Policy,
+    breaker_limit,
     decide,
 )
 
@@ -100,3 +101,42 @@ def test_scale_down_still_applies_while_tripped() -> None:
     obs = Observation(10_000.0, even(0.1, 10_000.0), REFILL, 40, oldest_not_ready_age=900.0)
     d = decide(obs, policy, memory)
     assert d.stalled and d.replicas < 40
+
+
+def test_the_breaker_holds_while_a_stuck_member_is_deleted_before_its_replacement() -> None:
+    """The pool deletes a stuck member at its readiness deadline and makes the replacement in a
+    later pass: for a moment no member is not Ready. That moment reset the breaker, which
+    tripped again a limit later, with one more Warning every replacement (47 trips in the
+    never-Ready scenario's four hours) and growth allowed between."""
+    memory = Memory()
+    size = healthy(memory, 10_000.0, 0.5, 1)
+    now = 10_015.0
+    trip = Observation(now, even(2.0, now), [], size, oldest_not_ready_age=900.0)
+    assert decide(trip, POLICY, memory).stalled
+    since = memory.breaker_since
+    for age in (None, None, 3.0, 18.0):  # deleted, not yet replaced; then the replacement
+        now += 5.0
+        obs = Observation(
+            now, even(5.0, now), REFILL, size, oldest_not_ready_age=age, last_ready_age=2000.0
+        )
+        d = decide(obs, POLICY, memory)
+        assert d.stalled and d.replicas <= size, age
+        assert memory.breaker_since == since  # the same trip: no second Warning
+
+
+def test_the_breaker_resets_when_no_member_is_left_not_ready_for_a_whole_limit() -> None:
+    """A tripped pool scaled down past its stuck members (or to zero) has nothing left to wait
+    for: once no member has been not Ready for the breaker's limit, the size may grow again."""
+    memory = Memory()
+    size = healthy(memory, 10_000.0, 0.5, 1)
+    now = 10_015.0
+    trip = Observation(now, even(2.0, now), [], size, oldest_not_ready_age=900.0)
+    assert decide(trip, POLICY, memory).stalled
+    limit = breaker_limit(POLICY, memory)
+    start = now + 5.0
+    while now < start + limit + 5.0:
+        now += 5.0
+        obs = Observation(now, even(5.0, now), REFILL, size, last_ready_age=2000.0)
+        d = decide(obs, POLICY, memory)
+        assert d.stalled == (now - start < limit), now - start
+    assert d.recommended > size  # grown as fast as the scale-up limit lets it

@@ -107,3 +107,30 @@ async def test_a_pool_that_cannot_progress_stops_scaling_with_one_warning() -> N
     assert (status, reason) == ("False", "PoolNotReady")
     assert "SandboxCreateFailed" in message
     assert [e[:2] for e in warnings(recorder.events)] == [("Warning", "PoolNotReady")]
+
+
+async def test_a_stuck_member_replaced_keeps_one_warning_and_scaling_inactive() -> None:
+    """The pool deletes a stuck member at its readiness deadline and creates the replacement in
+    a later pass; the autoscaler may look in between, when no member is not Ready. That look
+    reset the breaker: ScalingActive went True and a second Warning followed a limit later."""
+    api = FakeScaleApi(replicas=3)
+    rec, informer, recorder, clock = setup_reconciler(api, autoscaler_obj())
+    rec.pools.put(pool_obj())  # type: ignore[attr-defined]
+    stuck = member("stuck", clock.now - 900.0, ready=False)
+    rec.watches.sandboxes.put(stuck)  # type: ignore[attr-defined]
+    await rec.reconcile(Request(NS, "auto"))
+    refresh(informer, api)
+    assert condition(api, "ScalingActive")[:2] == ("False", "MembersNeverReady")
+    rec.watches.sandboxes.remove(stuck)  # type: ignore[attr-defined]
+    clock.now += 5.0
+    await rec.reconcile(Request(NS, "auto"))  # no member not Ready, for a moment
+    refresh(informer, api)
+    assert condition(api, "ScalingActive")[:2] == ("False", "MembersNeverReady")
+    rec.watches.sandboxes.put(member("stuck-2", clock.now, ready=False))  # type: ignore[attr-defined]
+    for _ in range(60):  # five minutes: the replacement grows older than the limit too
+        clock.now += 5.0
+        await rec.reconcile(Request(NS, "auto"))
+        refresh(informer, api)
+        assert condition(api, "ScalingActive")[0] == "False"
+        assert api.pool["spec"]["replicas"] <= 3
+    assert [e[:2] for e in warnings(recorder.events)] == [("Warning", "MembersNeverReady")]
