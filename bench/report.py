@@ -447,11 +447,23 @@ def autoscale_set(name: str) -> Callable[[Path], str]:
             g = e["goal"]
             if e["static"] is None:
                 growth = (e.get("pool_after_warmup") or {}).get("growth")
+                own = f"own goal: growth after the warm-up {growth}"
+                if g["met"] is not None:  # judged (runs from the breaker's own rule on)
+                    own = (
+                        f"{'met' if g['met'] else '**missed**'} (own goal: {g['trips']} trip"
+                        f"{'s' if g['trips'] != 1 else ''}"
+                    )
+                    if g["trips"]:
+                        own += (
+                            f" {g['tripped_after_s']:.0f} s after the first stuck member "
+                            f"(≤ {g['limit_s']:.0f} s), growth after it "
+                            f"{g['growth_after_trip']}"
+                        )
+                    own += ")"
                 lines.append(
                     f"| {e['scenario']} | {e['latency']} | {_pct(auto['warm_share'])} "
                     f"| {_num(auto['idle_sandbox_seconds'])} / no static pool reaches it "
-                    f"| — | {auto['deletes_before_ready']} "
-                    f"| own goal: growth after the warm-up {growth} |"
+                    f"| — | {auto['deletes_before_ready']} | {own} |"
                 )
                 continue
             verdict = "met" if g["met"] else "**missed**"

@@ -14,8 +14,9 @@ out of date (``make_traces.py``).
 The goal of a scenario x distribution: warm share after the warm-up >= target - 0.5 points AND
 idle sandbox-seconds <= 1.05 x (stationary traces) or 1.00 x (the others) those of the smallest
 static pool reaching the target. The never-Ready scenario has no static pool (none reaches any
-target); its own goal (no growth after the breaker trips) is not judged yet: its pool size over
-time after the warm-up is reported.
+target) and its own goal (:func:`breaker_goal`): the circuit breaker trips once, within three
+refill p99s (at least three minutes) of the first member that never becomes Ready, and the size
+never grows after it; its pool size over time after the warm-up is reported too.
 
 Writes ``<out>/<set>.json`` (every figure, the exact command of each run, the commit) and prints a
 summary. The results of a run are not committed: the output directory may not be in ``bench/``.
@@ -46,6 +47,7 @@ sys.path.insert(0, str(ROOT / "src"))
 import make_traces  # noqa: E402
 from scenarios import SETS, Scenario, TraceSpec, load_set, load_traces, sim_argv  # noqa: E402
 
+from agentsandbox.sim import latency as lat  # noqa: E402
 from agentsandbox.sim.__main__ import parser, run  # noqa: E402
 from agentsandbox.sim.engine import Result  # noqa: E402
 
@@ -54,6 +56,11 @@ WARM_SLACK = 0.005  # the warm share may fall this far below the target (0.5 poi
 IDLE_STATIONARY = 1.05
 IDLE_OTHER = 1.00
 POOL_SERIES_EVERY = 60.0  # seconds between the reported pool sizes (never-Ready)
+# never-Ready: the circuit breaker trips within this many refill p99s of the first member that
+# never becomes Ready, a p99 under BREAKER_P99_FLOOR seconds counting as that (a breaker that
+# tripped within seconds would trip on any slow create)
+BREAKER_P99S = 3
+BREAKER_P99_FLOOR = 60.0
 
 
 def ensure_trace(spec: TraceSpec, directory: Path) -> Path:
@@ -83,6 +90,38 @@ def _figures(r: Result) -> dict[str, Any]:
     }
 
 
+def refill_p99(latency: str) -> float:
+    """The p99 of the refill distribution ``latency`` names (the simulator's defaults)."""
+    dist = lat.LOCAL if latency == "local" else lat.lognormal()
+    return dist.quantile(0.99)
+
+
+def breaker_goal(r: Result, latency: str) -> dict[str, Any]:
+    """A never-Ready pool's own goal: the circuit breaker trips once, within a few refill p99s
+    of the first member that never becomes Ready, and the size never grows after it."""
+    limit = BREAKER_P99S * max(refill_p99(latency), BREAKER_P99_FLOOR)
+    rule = (
+        f"the breaker trips once, within {limit:.0f} s of the first member that never becomes "
+        "Ready, and spec.replicas never grows after it"
+    )
+    if not r.breaker_trips or r.stuck_since is None:
+        return {"rule": rule, "met": False, "warm_ok": None, "trips": 0, "limit_s": limit}
+    trip = r.breaker_trips[0]
+    at_trip = next((n for t, n, _, _ in r.series if t >= trip), None)
+    after = [n for t, n, _, _ in r.series if t >= trip]
+    growth = max(after) - at_trip if at_trip is not None else 0
+    within = trip - r.stuck_since
+    return {
+        "rule": rule,
+        "met": len(r.breaker_trips) == 1 and within <= limit and growth <= 0,
+        "warm_ok": None,
+        "trips": len(r.breaker_trips),
+        "tripped_after_s": within,
+        "limit_s": limit,
+        "growth_after_trip": growth,
+    }
+
+
 def goal(s: Scenario, warm: float, idle: float, static_idle: float | None) -> dict[str, Any]:
     allowance = IDLE_STATIONARY if s.stationary else IDLE_OTHER
     rule = (
@@ -90,8 +129,6 @@ def goal(s: Scenario, warm: float, idle: float, static_idle: float | None) -> di
         "static pool's"
     )
     warm_ok = warm >= s.target - WARM_SLACK - 1e-12
-    if s.never_ready:
-        return {"rule": "report only (never Ready)", "met": None, "warm_ok": None}
     if static_idle is None:
         return {"rule": rule, "met": None, "warm_ok": warm_ok, "why": "no static pool"}
     idle_ok = idle <= allowance * static_idle
@@ -151,8 +188,12 @@ def run_one(
         "static": _figures(static) if static is not None else None,
         "static_sizes_tried": {str(k): v for k, v in sorted(cmp.tried.items())},
         "idle_ratio": cmp.idle_ratio,
-        "goal": goal(
-            s, auto.warm_share, auto.idle_seconds, static.idle_seconds if static else None
+        "goal": (
+            breaker_goal(auto, latency)
+            if s.never_ready
+            else goal(
+                s, auto.warm_share, auto.idle_seconds, static.idle_seconds if static else None
+            )
         ),
         "wall_s": time.perf_counter() - started,
     }

@@ -50,7 +50,7 @@ from scenarios import SETS, Scenario, TraceSpec, load_set, load_traces, sim_argv
 from agentsandbox.sim.__main__ import configs, parser  # noqa: E402
 from agentsandbox.sim.engine import Config, simulate  # noqa: E402
 
-SEED_BASE = 900_000  # realisation i of every trace has the seed SEED_BASE + i
+SEED_BASE = 900_000  # realisation i of every trace is drawn with seed SEED_BASE + i
 
 
 def realisation(trace: TraceSpec, i: int) -> TraceSpec:

@@ -143,6 +143,10 @@ class Result:
     decisions: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     max_replicas: int = 0
+    # never_ready: when the first member that never becomes Ready was created, and each time the
+    # circuit breaker tripped (a pass stalled after one that was not: one Warning Event each)
+    stuck_since: float | None = None
+    breaker_trips: list[float] = field(default_factory=list)
     # (t, spec.replicas, members, ready) every sample_every seconds
     series: list[tuple[float, int, int, int]] = field(default_factory=list)
     runtime: float = 0.0
@@ -299,6 +303,8 @@ class Simulation:
         }
         member = Member(uid, t, obj)
         self.members[uid] = member
+        if self.cfg.never_ready and self.result.stuck_since is None:
+            self.result.stuck_since = t
         if ready and self.informed is not None:
             obj["status"] = self.informed.initial_status()
         if ready and not self.cfg.never_ready:
@@ -467,7 +473,11 @@ class Simulation:
             oldest_not_ready_age=t - self.members[oldest].created if oldest else None,
             last_ready_age=t - self.last_ready if self.last_ready is not None else None,
         )
+        tripped = self.memory.breaker_since
         d = decide(obs, self.policy, self.memory)
+        if d.stalled and self.memory.breaker_since != tripped:
+            # the circuit breaker tripped in this pass (the controller's Warning Event)
+            self.result.breaker_trips.append(t)
         span = occupancy_span(self.policy, self.memory)
         self.bins.span = span
         if self.informed is not None:

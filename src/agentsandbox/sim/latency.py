@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Protocol
 
 # seconds, sorted (see the module doc for their provenance)
@@ -436,6 +437,8 @@ class Latency(Protocol):
 
     def mean(self) -> float: ...
 
+    def quantile(self, q: float) -> float: ...
+
 
 @dataclass(frozen=True)
 class Empirical:
@@ -447,6 +450,10 @@ class Empirical:
 
     def mean(self) -> float:
         return sum(self.samples) / len(self.samples)
+
+    def quantile(self, q: float) -> float:
+        ordered = sorted(self.samples)
+        return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
 
 
 @dataclass(frozen=True)
@@ -460,6 +467,9 @@ class LogNormal:
 
     def mean(self) -> float:
         return self.median * math.exp(self.sigma**2 / 2)
+
+    def quantile(self, q: float) -> float:
+        return self.median * math.exp(self.sigma * NormalDist().inv_cdf(q))
 
 
 LOCAL = Empirical("local", LOCAL_SAMPLES)

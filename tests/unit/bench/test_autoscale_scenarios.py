@@ -10,6 +10,7 @@ import importlib
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -138,8 +139,41 @@ def test_goal_rule_allows_half_a_point_and_5_percent_idle_on_stationary_traces(
     assert evaluate.goal(steady, 0.99, 105.1, 100.0)["met"] is False
     assert evaluate.goal(bursty, 0.99, 100.0, 100.0)["met"] is True
     assert evaluate.goal(bursty, 0.99, 100.1, 100.0)["met"] is False
-    never = sc.Scenario("n", "t", 3600.0, ("never-ready",), never_ready=True)
-    assert evaluate.goal(never, 0.0, 10.0, None)["met"] is None
+
+
+def _stuck(trips: list[float], sizes: list[int]) -> Any:
+    from agentsandbox.sim.engine import Result
+
+    r = Result("autoscaled", "t", "lognormal 90s", None, stuck_since=0.0, breaker_trips=trips)
+    r.series = [(10.0 * i, n, n, 0) for i, n in enumerate(sizes)]
+    return r
+
+
+def test_never_ready_goal_is_one_trip_within_three_refill_p99s_and_no_growth_after() -> None:
+    evaluate = _module("evaluate")
+    limit = 3 * evaluate.refill_p99("lognormal")  # 3 x 181 s
+    assert 540 < limit < 546
+    assert evaluate.breaker_goal(_stuck([125.0], [1] * 30), "lognormal")["met"] is True
+    assert evaluate.breaker_goal(_stuck([125.0], [1] * 20 + [2] * 10), "lognormal")["met"] is False
+    assert evaluate.breaker_goal(_stuck([125.0, 200.0], [1] * 30), "lognormal")["met"] is False
+    assert evaluate.breaker_goal(_stuck([limit + 1], [1] * 80), "lognormal")["met"] is False
+    assert evaluate.breaker_goal(_stuck([], [1] * 30), "lognormal")["met"] is False
+    # growth before the trip is not judged: the breaker stops growth, it does not undo it
+    assert evaluate.breaker_goal(_stuck([125.0], [1] * 5 + [3] * 25), "lognormal")["met"] is True
+    # a local refill's p99 is about a second: three minutes, not three seconds
+    assert evaluate.breaker_goal(_stuck([170.0], [1] * 30), "local")["met"] is True
+    assert evaluate.breaker_goal(_stuck([185.0], [1] * 30), "local")["met"] is False
+
+
+def test_the_never_ready_scenario_meets_its_own_goal(sc: ModuleType, tmp_path: Path) -> None:
+    evaluate = _module("evaluate")
+    traces = sc.load_traces()
+    s = next(x for x in sc.load_set("evaluation", traces) if x.never_ready)
+    csv = evaluate.ensure_trace(traces[s.trace], tmp_path)
+    for latency in evaluate.LATENCIES:
+        g = evaluate.run_one(s, traces[s.trace], csv, latency, tmp_path, None)["goal"]
+        assert g["met"] is True, g
+        assert g["trips"] == 1 and g["growth_after_trip"] == 0 and g["tripped_after_s"] < 180
 
 
 def test_scenario_argv_is_the_replay_command(sc: ModuleType, tmp_path: Path) -> None:
