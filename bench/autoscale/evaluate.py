@@ -274,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     # the longest first (more claims: more events), so that the jobs end together
     tasks.sort(key=lambda t: -t[2].stat().st_size)
+    head = commit()  # the code that runs is the code at the start
     started = time.perf_counter()
     entries: list[dict[str, Any]] = []
     if args.jobs > 1:
@@ -289,7 +290,6 @@ def main(argv: list[str] | None = None) -> int:
     order = {(s.name, lat): i for i, s in enumerate(chosen) for lat in ("local", "lognormal")}
     entries.sort(key=lambda e: order[(e["scenario"], e["latency"].split()[0])])
     judged = [e for e in entries if e["goal"]["met"] is not None]
-    head = commit()
     report = {
         "set": args.which,
         "smoke_hours": args.smoke_hours,

@@ -196,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         for lat in latencies
         for i in range(args.count)
     ]
+    head = evaluate.commit()  # the code that runs is the code at the start
     started = time.perf_counter()
     entries: list[dict[str, Any]] = []
     if args.jobs > 1:
@@ -221,7 +222,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"{summary['best_fixed_sizes']} on {summary['best_fixed_met']}; hindsight "
                 f"static {summary['hindsight_static_size']}"
             )
-    head = evaluate.commit()
     report = {
         "set": args.which,
         "command": "python bench/autoscale/realisations.py " + shlex.join(argv_shown),
