@@ -485,6 +485,39 @@ def autoscale_set(name: str) -> Callable[[Path], str]:
     return render
 
 
+def autoscale_realisations(results: Path) -> str:
+    """``bench/autoscale/realisations.py``: per scenario and refill, the share of realisations
+    of its trace's process on which the autoscaler meets the goal, and the best fixed size's."""
+    r = load(results, "autoscale-realisations")
+    if r is None:
+        return not_measured(
+            "autoscale-realisations",
+            "python bench/autoscale/realisations.py --only NAME --out build/realisations",
+        )
+    lines = [
+        f"`{r['command']}` (commit `{r['commit'][:7]}`, {r['machine']['cpus']} CPUs, "
+        f"{r['elapsed_s'] / 60:.0f} min with {r['jobs']} jobs; the {r['set']} set's scenarios, "
+        f"seeds from {r['seed_base']}):",
+        "",
+        "| scenario | refill | realisations | autoscaler meets the goal | best fixed size "
+        "meets it | best fixed sizes | hindsight static size (min / median / max) | "
+        "autoscaler idle ÷ static (min / median / max) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in r["summaries"]:
+        n = s["realisations"]
+        shown = ", ".join(str(n) for n in s["best_fixed_sizes"])
+        h, q = s["hindsight_static_size"], s["idle_ratio"]
+        lines.append(
+            f"| {s['scenario']} | {s['latency']} | {n} "
+            f"| {s['autoscaler_met']} ({s['autoscaler_met'] / n:.0%}) "
+            f"| {s['best_fixed_met']} ({s['best_fixed_met'] / n:.0%}) | {shown} "
+            f"| {h['min']} / {h['median']:g} / {h['max']} "
+            f"| {q['min']:.2f} / {q['median']:.2f} / {q['max']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------- the blocks
 @dataclass(frozen=True)
 class Block:
@@ -519,6 +552,9 @@ BLOCKS: dict[str, Block] = {
         "autoscaling.md", autoscale_set("evaluation"), ("autoscale-evaluation",)
     ),
     "autoscale-tuning": Block("autoscaling.md", autoscale_set("tuning"), ("autoscale-tuning",)),
+    "autoscale-realisations": Block(
+        "autoscaling.md", autoscale_realisations, ("autoscale-realisations",)
+    ),
 }
 
 

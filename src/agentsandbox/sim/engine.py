@@ -143,8 +143,8 @@ class Result:
     decisions: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     max_replicas: int = 0
-    # never_ready: when the first member that never becomes Ready was created, and each time the
-    # circuit breaker tripped (a pass stalled after one that was not: one Warning Event each)
+    # never_ready: when the first member that never becomes Ready was created; and each time the
+    # circuit breaker tripped (a new trip, as the controller emits one Warning Event per trip)
     stuck_since: float | None = None
     breaker_trips: list[float] = field(default_factory=list)
     # (t, spec.replicas, members, ready) every sample_every seconds

@@ -168,7 +168,7 @@ def test_never_ready_goal_is_one_trip_within_three_refill_p99s_and_no_growth_aft
 def test_the_never_ready_scenario_meets_its_own_goal(sc: ModuleType, tmp_path: Path) -> None:
     evaluate = _module("evaluate")
     traces = sc.load_traces()
-    s = next(x for x in sc.load_set("evaluation", traces) if x.never_ready)
+    s = next(x for x in sc.load_set("tuning", traces) if x.never_ready)
     csv = evaluate.ensure_trace(traces[s.trace], tmp_path)
     for latency in evaluate.LATENCIES:
         g = evaluate.run_one(s, traces[s.trace], csv, latency, tmp_path, None)["goal"]
