@@ -37,6 +37,7 @@ import shlex
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -71,42 +72,32 @@ class Sizes:
         return self.runs[n]
 
 
+def edge(ok: Callable[[int], bool], start: int, direction: int) -> int:
+    """The last size from ``start`` (which is ``ok``) in ``direction`` (-1 or +1) that is still
+    ``ok``: galloping, then bisecting (``ok`` changes once along the sizes; below 1 it never
+    holds)."""
+
+    def holds(n: int) -> bool:
+        return n >= 1 and ok(n)
+
+    good, step = start, 1
+    while holds(good + direction * step):
+        good, step = good + direction * step, step * 2
+    bad = good + direction * step
+    while abs(good - bad) > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if holds(mid) else (good, mid)
+    return good
+
+
 def lowest(sizes: Sizes, warm: float, start: int) -> int:
     """The smallest size whose warm share reaches ``warm`` (``start`` reaches it)."""
-    good, step, bad = start, 1, 0
-    while good - step > bad:
-        n = good - step
-        if sizes(n)[0] >= warm:
-            good, step = n, step * 2
-        else:
-            bad = n
-            break
-    while good - bad > 1:
-        mid = (good + bad) // 2
-        if sizes(mid)[0] >= warm:
-            good = mid
-        else:
-            bad = mid
-    return good
+    return edge(lambda n: sizes(n)[0] >= warm, start, -1)
 
 
 def highest(sizes: Sizes, idle: float, start: int) -> int:
     """The largest size whose idle seconds are at most ``idle`` (``start``'s are)."""
-    good, step = start, 1
-    while True:
-        n = good + step
-        if sizes(n)[1] <= idle:
-            good, step = n, step * 2
-        else:
-            bad = n
-            break
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if sizes(mid)[1] <= idle:
-            good = mid
-        else:
-            bad = mid
-    return good
+    return edge(lambda n: sizes(n)[1] <= idle, start, +1)
 
 
 def run_one(s: Scenario, trace: TraceSpec, i: int, latency: str, out: Path) -> dict[str, Any]:
