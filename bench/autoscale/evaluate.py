@@ -122,13 +122,19 @@ def breaker_goal(r: Result, latency: str) -> dict[str, Any]:
     }
 
 
+def thresholds(s: Scenario) -> tuple[float, float]:
+    """The goal's lines for a scenario: the warm share needed (the target less the slack) and
+    the allowance on the smallest static pool's idle time."""
+    return s.target - WARM_SLACK - 1e-12, IDLE_STATIONARY if s.stationary else IDLE_OTHER
+
+
 def goal(s: Scenario, warm: float, idle: float, static_idle: float | None) -> dict[str, Any]:
-    allowance = IDLE_STATIONARY if s.stationary else IDLE_OTHER
+    needed, allowance = thresholds(s)
     rule = (
         f"warm >= {s.target - WARM_SLACK:.3f} and idle <= {allowance:.2f} x the smallest "
         "static pool's"
     )
-    warm_ok = warm >= s.target - WARM_SLACK - 1e-12
+    warm_ok = warm >= needed
     if static_idle is None:
         return {"rule": rule, "met": None, "warm_ok": warm_ok, "why": "no static pool"}
     idle_ok = idle <= allowance * static_idle

@@ -113,9 +113,9 @@ def run_one(s: Scenario, trace: TraceSpec, i: int, latency: str, out: Path) -> d
         _, [cfg], _ = configs(parser().parse_args(sim_argv(s, spec, csv, latency, out)))
     sizes = Sizes(cfg)
     hindsight = entry["static_size"]
-    allowance = evaluate.IDLE_STATIONARY if s.stationary else evaluate.IDLE_OTHER
+    needed, allowance = evaluate.thresholds(s)
     sizes(hindsight)  # recorded beside the others (its warm share and idle time are known)
-    lo = lowest(sizes, s.target - evaluate.WARM_SLACK - 1e-12, hindsight)
+    lo = lowest(sizes, needed, hindsight)
     hi = highest(sizes, allowance * entry["static"]["idle_sandbox_seconds"], hindsight)
     entry["fixed_sizes_meeting"] = [lo, hi]
     entry["fixed_sizes_tried"] = {str(n): list(v) for n, v in sorted(sizes.runs.items())}
