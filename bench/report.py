@@ -506,12 +506,17 @@ def autoscale_realisations(results: Path) -> str:
     ]
     for s in r["summaries"]:
         n = s["realisations"]
-        shown = ", ".join(str(n) for n in s["best_fixed_sizes"])
+        best = s["best_fixed_met"]
+        if best is None:  # --judge-only: the fixed sizes were not searched
+            fixed, shown = "not searched", "—"
+        else:
+            fixed = f"{best} ({best / n:.0%})"
+            shown = ", ".join(str(n) for n in s["best_fixed_sizes"])
         h, q = s["hindsight_static_size"], s["idle_ratio"]
         lines.append(
             f"| {s['scenario']} | {s['latency']} | {n} "
             f"| {s['autoscaler_met']} ({s['autoscaler_met'] / n:.0%}) "
-            f"| {s['best_fixed_met']} ({s['best_fixed_met'] / n:.0%}) | {shown} "
+            f"| {fixed} | {shown} "
             f"| {h['min']} / {h['median']:g} / {h['max']} "
             f"| {q['min']:.2f} / {q['median']:.2f} / {q['max']:.2f} |"
         )

@@ -1,6 +1,8 @@
 """How much of a scenario's verdict is chance: its trace's process redrawn with other seeds.
 
     python bench/autoscale/realisations.py --only grouped-8 --count 40 --latency lognormal --jobs 2
+    python bench/autoscale/realisations.py --set tuning --only 'r*-grouped-32' --count 5 \
+        --latency lognormal --judge-only --jobs 2
 
 One trace is one realisation of a random process, and the goal compares the autoscaler with the
 smallest static pool reaching the target *on that realisation*: a size chosen with hindsight.
@@ -19,6 +21,11 @@ over the very realisations it is scored on, so its share is if anything flatteri
 gives, per scenario and refill distribution, the share of realisations on which the autoscaler
 meets the goal and the share on which the best fixed size does.
 
+``--only`` takes names or shell patterns (``'r*-grouped-32'``: that family in every round of the
+tuning set, other processes of one shape). ``--judge-only`` judges the autoscaler alone and skips
+the fixed sizes' search (about half the time of a realisation): the objective a tuning round
+steers on, pooled over the scenarios named (the last summary line).
+
 Writes ``<out>/realisations.json`` (every figure, the commands, the commit); under ``build/`` only,
 as ``evaluate.py``. Both warm share and idle time grow with the size (common random numbers, as
 the static search assumes), so ``lo`` and ``hi`` are found by bisection.
@@ -29,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import fnmatch
 import io
 import json
 import os
@@ -100,13 +108,15 @@ def highest(sizes: Sizes, idle: float, start: int) -> int:
     return edge(lambda n: sizes(n)[1] <= idle, start, +1)
 
 
-def run_one(s: Scenario, trace: TraceSpec, i: int, latency: str, out: Path) -> dict[str, Any]:
+def run_one(
+    s: Scenario, trace: TraceSpec, i: int, latency: str, out: Path, fixed: bool = True
+) -> dict[str, Any]:
     spec = realisation(trace, i)
     csv = evaluate.ensure_trace(spec, out / "traces")
     entry = evaluate.run_one(s, spec, csv, latency, out, None)
     entry["realisation"] = i
     entry["seed"] = spec.seed
-    if entry["static_size"] is None:  # never Ready: nothing to compare with
+    if entry["static_size"] is None or not fixed:  # never Ready: nothing to compare with
         return entry
     started = time.perf_counter()
     with contextlib.redirect_stderr(io.StringIO()):
@@ -123,27 +133,39 @@ def run_one(s: Scenario, trace: TraceSpec, i: int, latency: str, out: Path) -> d
     return entry
 
 
-def _task(args: tuple[Scenario, TraceSpec, int, str, Path]) -> dict[str, Any]:
+def _task(args: tuple[Scenario, TraceSpec, int, str, Path, bool]) -> dict[str, Any]:
     return run_one(*args)
 
 
+def chosen_names(patterns: list[str], names: list[str]) -> tuple[list[str], list[str]]:
+    """The scenario names ``patterns`` (names or shell patterns) select, in the set's order,
+    and the patterns that select none."""
+    chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    return chosen, [p for p in patterns if not fnmatch.filter(names, p)]
+
+
 def summarise(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """The autoscaler's and the best fixed size's share of realisations meeting the goal."""
+    """The autoscaler's and the best fixed size's share of realisations meeting the goal (the
+    best fixed size's fields are None when its search was skipped)."""
     judged = [e for e in entries if e["goal"]["met"] is not None]
-    ranges = [e["fixed_sizes_meeting"] for e in judged]
-    held = {
-        n: sum(1 for lo, hi in ranges if lo <= n <= hi)
-        for n in range(min(r[0] for r in ranges), max(r[1] for r in ranges) + 1)
-    }
-    best = max(held.values())
+    ranges = [e["fixed_sizes_meeting"] for e in judged if "fixed_sizes_meeting" in e]
+    held = (
+        {
+            n: sum(1 for lo, hi in ranges if lo <= n <= hi)
+            for n in range(min(r[0] for r in ranges), max(r[1] for r in ranges) + 1)
+        }
+        if ranges
+        else {}
+    )
+    best = max(held.values()) if held else None
     statics = [e["static_size"] for e in judged]
     return {
         "realisations": len(judged),
         "autoscaler_met": sum(1 for e in judged if e["goal"]["met"]),
         "autoscaler_warm_ok": sum(1 for e in judged if e["goal"]["warm_ok"]),
         "best_fixed_met": best,
-        "best_fixed_sizes": [n for n, c in held.items() if c == best],
-        "fixed_met_by_size": {str(n): c for n, c in held.items()},
+        "best_fixed_sizes": [n for n, c in held.items() if c == best] if held else None,
+        "fixed_met_by_size": {str(n): c for n, c in held.items()} if held else None,
         "hindsight_static_size": {
             "min": min(statics),
             "median": statistics.median(statics),
@@ -157,13 +179,32 @@ def summarise(entries: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def pool(summaries: list[dict[str, Any]]) -> dict[str, tuple[int, int, int]]:
+    """Per refill distribution, over every scenario: realisations met, with the warm share
+    needed, and judged."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for s in summaries:
+        met, warm_ok, n = out.get(s["latency"], (0, 0, 0))
+        out[s["latency"]] = (
+            met + s["autoscaler_met"],
+            warm_ok + s["autoscaler_warm_ok"],
+            n + s["realisations"],
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--set", choices=sorted(SETS), default="evaluation", dest="which")
-    p.add_argument("--only", action="append", required=True, metavar="NAME")
+    p.add_argument("--only", action="append", required=True, metavar="NAME_OR_PATTERN")
     p.add_argument("--count", type=int, default=40, help="realisations per scenario")
     p.add_argument("--latency", choices=evaluate.LATENCIES, action="append", default=[])
     p.add_argument("--jobs", type=int, default=1)
+    p.add_argument(
+        "--judge-only",
+        action="store_true",
+        help="judge the autoscaler alone: no search for the fixed sizes meeting the goal",
+    )
     p.add_argument("--out", type=Path, default=Path("build/autoscale-realisations"))
     args = p.parse_args(argv)
     argv_shown = sys.argv[1:] if argv is None else argv
@@ -174,15 +215,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--count must be at least 1")
     specs = load_traces()
     scenarios = {s.name: s for s in load_set(args.which, specs)}
-    unknown = set(args.only) - set(scenarios)
+    names, unknown = chosen_names(args.only, list(scenarios))
     if unknown:
         p.error(f"no such scenario in the {args.which} set: {', '.join(sorted(unknown))}")
-    chosen = [scenarios[name] for name in dict.fromkeys(args.only)]
+    chosen = [scenarios[name] for name in names]
     if any(s.never_ready for s in chosen):
         p.error("a never-Ready scenario has no static pool to compare with")
     latencies = args.latency or list(evaluate.LATENCIES)
     tasks = [
-        (s, specs[s.trace], i, lat, out)
+        (s, specs[s.trace], i, lat, out, not args.judge_only)
         for s in chosen
         for lat in latencies
         for i in range(args.count)
@@ -207,12 +248,22 @@ def main(argv: list[str] | None = None) -> int:
             summary = {"scenario": s.name, "trace": s.trace, "latency": mine[0]["latency"]}
             summary.update(summarise(mine))
             summaries.append(summary)
+            fixed = (
+                ""
+                if summary["best_fixed_met"] is None
+                else f", the best fixed size {summary['best_fixed_sizes']} on "
+                f"{summary['best_fixed_met']}"
+            )
             print(
                 f"{s.name} {summary['latency']}: autoscaler met on {summary['autoscaler_met']} "
-                f"of {summary['realisations']} realisations, the best fixed size "
-                f"{summary['best_fixed_sizes']} on {summary['best_fixed_met']}; hindsight "
+                f"of {summary['realisations']} realisations{fixed}; hindsight "
                 f"static {summary['hindsight_static_size']}"
             )
+    pooled = pool(summaries)
+    for lat, (met, warm_ok, n) in pooled.items():
+        print(
+            f"all {len(chosen)} scenarios, {lat}: autoscaler met on {met} of {n} ({warm_ok} warm)"
+        )
     report = {
         "set": args.which,
         "command": "python bench/autoscale/realisations.py " + shlex.join(argv_shown),
@@ -229,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
             },
         },
         "summaries": summaries,
+        "pooled": {
+            lat: {"autoscaler_met": met, "autoscaler_warm_ok": warm_ok, "realisations": n}
+            for lat, (met, warm_ok, n) in pooled.items()
+        },
         "results": entries,
     }
     out.mkdir(parents=True, exist_ok=True)

@@ -102,3 +102,54 @@ def test_the_results_of_a_run_are_not_written_into_bench(
         rz.main(["--only", "grouped-8", "--count", "1", "--out", str(AUTOSCALE / "x")])
     assert "are not committed; write them under build/" in capsys.readouterr().err
     assert not (AUTOSCALE / "x").exists()
+
+
+def test_only_takes_names_and_shell_patterns_in_the_sets_order(rz: ModuleType) -> None:
+    names = ["steady-a", "r1-grouped-8", "r1-grouped-32", "r2-grouped-32", "r12-grouped-32"]
+    assert rz.chosen_names(["r*-grouped-32"], names) == (
+        ["r1-grouped-32", "r2-grouped-32", "r12-grouped-32"],
+        [],
+    )
+    assert rz.chosen_names(["r1-grouped-8", "steady-a"], names) == (
+        ["steady-a", "r1-grouped-8"],
+        [],
+    )
+    assert rz.chosen_names(["r9-*", "steady-a"], names) == (["steady-a"], ["r9-*"])
+
+
+def test_judge_only_skips_the_fixed_sizes_and_the_summary_says_so(
+    rz: ModuleType, tmp_path: Path
+) -> None:
+    sc = importlib.import_module("scenarios")
+    traces = sc.load_traces()
+    s = next(x for x in sc.load_set("tuning", traces) if x.name == "steady-a")
+    trace = dataclasses.replace(traces[s.trace], duration=2 * 3600.0)
+    s = dataclasses.replace(s, warmup=1800.0)
+    e = rz.run_one(s, trace, 1, "local", tmp_path, fixed=False)
+    assert e["goal"]["met"] is not None and e["static_size"] is not None
+    assert "fixed_sizes_meeting" not in e and "fixed_sizes_tried" not in e
+    summary = rz.summarise([e])
+    assert summary["realisations"] == 1
+    assert summary["best_fixed_met"] is None and summary["best_fixed_sizes"] is None
+
+
+def test_the_pooled_line_adds_the_scenarios_per_refill(rz: ModuleType) -> None:
+    def summary(latency: str, met: int, warm_ok: int, n: int) -> dict[str, Any]:
+        return {
+            "latency": latency,
+            "autoscaler_met": met,
+            "autoscaler_warm_ok": warm_ok,
+            "realisations": n,
+        }
+
+    assert rz.pool(
+        [summary("local", 5, 5, 5), summary("lognormal 90s", 3, 4, 5), summary("local", 4, 5, 5)]
+    ) == {"local": (9, 10, 10), "lognormal 90s": (3, 4, 5)}
+
+
+def test_a_pattern_that_selects_no_scenario_is_refused(
+    rz: ModuleType, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    with pytest.raises(SystemExit):
+        rz.main(["--set", "tuning", "--only", "r99-*", "--out", str(tmp_path)])
+    assert "no such scenario in the tuning set: r99-*" in capsys.readouterr().err

@@ -168,3 +168,20 @@ def test_p1_worst_p50_below_the_knee_is_none_without_a_knee(report: Any) -> None
     assert p1.worst_p50_below_knee(steps, p1.knee([])) is None  # knee 0: no stand-in p50
     assert p1.worst_p50_below_knee(steps, 10.0) == 600.0
     assert p1.worst_p50_below_knee(steps, 20.0) == 900.0
+
+
+def test_a_judge_only_realisation_study_shows_no_best_fixed_size(
+    report: Any, tmp_path: Path
+) -> None:
+    """realisations.py --judge-only skips the fixed sizes' search: the table says so rather
+    than failing or showing a share of nothing."""
+    study = json.loads((BENCH / "results" / "autoscale-realisations.json").read_text())
+    for s in study["summaries"]:
+        s.update(best_fixed_met=None, best_fixed_sizes=None, fixed_met_by_size=None)
+    (tmp_path / "autoscale-realisations.json").write_text(json.dumps(study))
+    rows = [
+        line
+        for line in report.render("autoscale-realisations", tmp_path).splitlines()
+        if line.startswith("| grouped-")
+    ]
+    assert rows and all("| not searched | — |" in line for line in rows), rows
