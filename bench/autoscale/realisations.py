@@ -22,9 +22,9 @@ gives, per scenario and refill distribution, the share of realisations on which 
 meets the goal and the share on which the best fixed size does.
 
 ``--only`` takes names or shell patterns (``'r*-grouped-32'``: that family in every round of the
-tuning set, other processes of one shape). ``--judge-only`` judges the autoscaler alone and skips
-the fixed sizes' search (about half the time of a realisation): the objective a tuning round
-steers on, pooled over the scenarios named (the last summary line).
+tuning set, other processes of one shape), chosen in the set's order. ``--judge-only`` judges the
+autoscaler alone and skips the search for the fixed sizes meeting the goal: the objective a tuning
+round steers on, pooled over the scenarios named (the last summary line).
 
 Writes ``<out>/realisations.json`` (every figure, the commands, the commit); under ``build/`` only,
 as ``evaluate.py``. Both warm share and idle time grow with the size (common random numbers, as
@@ -116,7 +116,7 @@ def run_one(
     entry = evaluate.run_one(s, spec, csv, latency, out, None)
     entry["realisation"] = i
     entry["seed"] = spec.seed
-    if entry["static_size"] is None or not fixed:  # never Ready: nothing to compare with
+    if entry["static_size"] is None or not fixed:  # never Ready, or no search asked for
         return entry
     started = time.perf_counter()
     with contextlib.redirect_stderr(io.StringIO()):
