@@ -179,7 +179,7 @@ def summarise(entries: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def pool(summaries: list[dict[str, Any]]) -> dict[str, tuple[int, int, int]]:
+def pooled_counts(summaries: list[dict[str, Any]]) -> dict[str, tuple[int, int, int]]:
     """Per refill distribution, over every scenario: realisations met, with the warm share
     needed, and judged."""
     out: dict[str, tuple[int, int, int]] = {}
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"of {summary['realisations']} realisations{fixed}; hindsight "
                 f"static {summary['hindsight_static_size']}"
             )
-    pooled = pool(summaries)
+    pooled = pooled_counts(summaries)
     for lat, (met, warm_ok, n) in pooled.items():
         print(
             f"all {len(chosen)} scenarios, {lat}: autoscaler met on {met} of {n} ({warm_ok} warm)"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -142,7 +143,7 @@ def test_the_pooled_line_adds_the_scenarios_per_refill(rz: ModuleType) -> None:
             "realisations": n,
         }
 
-    assert rz.pool(
+    assert rz.pooled_counts(
         [summary("local", 5, 5, 5), summary("lognormal 90s", 3, 4, 5), summary("local", 4, 5, 5)]
     ) == {"local": (9, 10, 10), "lognormal 90s": (3, 4, 5)}
 
@@ -153,3 +154,42 @@ def test_a_pattern_that_selects_no_scenario_is_refused(
     with pytest.raises(SystemExit):
         rz.main(["--set", "tuning", "--only", "r99-*", "--out", str(tmp_path)])
     assert "no such scenario in the tuning set: r99-*" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_judge_only_run_writes_the_pooled_counts(
+    rz: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, jobs: int
+) -> None:
+    """main() end to end, each realisation stood in for: with one job and with a pool of
+    processes (whose name once shadowed the pooling function)."""
+
+    def judged(
+        s: Any, trace: Any, i: int, latency: str, out: Path, fixed: bool = True
+    ) -> dict[str, Any]:
+        assert not fixed
+        return {
+            "scenario": s.name,
+            "trace": s.trace,
+            "latency": "local",
+            "realisation": i,
+            "goal": {"met": i % 2 == 0, "warm_ok": True},
+            "static_size": 5,
+            "idle_ratio": 1.0,
+            "autoscaled": {"warm_share": 0.99},
+            "static": {"warm_share": 0.99},
+        }
+
+    monkeypatch.setattr(rz, "run_one", judged)
+    monkeypatch.setattr(rz.evaluate, "summary_line", lambda e: e["scenario"])
+    argv = ["--set", "tuning", "--only", "r1-grouped-*", "--count", "3", "--latency", "local"]
+    argv += ["--judge-only", "--jobs", str(jobs), "--out", str(tmp_path)]
+    assert rz.main(argv) == 0
+    written = json.loads((tmp_path / "realisations.json").read_text())
+    assert [s["scenario"] for s in written["summaries"]] == [
+        "r1-grouped-4",
+        "r1-grouped-8",
+        "r1-grouped-32",
+    ]
+    assert written["pooled"] == {
+        "local": {"autoscaler_met": 6, "autoscaler_warm_ok": 9, "realisations": 9}
+    }
