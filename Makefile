@@ -29,6 +29,8 @@ help:
 	@echo "make image-check   the image's root filesystem runs the controller (chroot, as root)"
 	@echo "make image-arm64   the arm64 image, a second archive (dist/*-linux-arm64-oci.tar, dist/image-arm64.digest)"
 	@echo "make image-arm64-check  it is AArch64 and runs through qemu-aarch64-static (chroot, as root)"
+	@echo "make image-index   both images as one multi-platform index (dist/*-multiarch-oci.tar, dist/image-index.digest)"
+	@echo "make image-index-check  the index lists both images' manifests, whole, and joins the same twice"
 	@echo "make chart         dist/agent-sandbox-<version>.tgz (VERSION= and IMAGE= override version and image)"
 	@echo "make release-check make release of this version and of a pre-release, each verified (hack/release_check.py)"
 	@echo "make autoscale-eval the autoscaler's held-out scenarios in the simulator (SET=tuning: the tuning set)"
@@ -255,6 +257,24 @@ image-arm64: $(IMAGE_OCI_ARM64)
 # digest (tests/image/test_image_arm64.py).
 image-arm64-check: image-arm64 controlplane
 	QEMU_AARCH64=$$($(PY) hack/image/qemu.py) VERSION=$(IMAGE_VERSION) $(PYTEST) tests/image/test_image_arm64.py
+
+# One multi-platform image (docs/deploy.md, "Architectures"): the two archives above joined by
+# hack/image/index.py into one OCI image layout whose index.json names an image index of both
+# manifests (linux/amd64, then linux/arm64 variant v8; their digests unchanged, each blob once):
+# dist/agent-sandbox-controller-<version>-multiarch-oci.tar and dist/image-index.digest (the
+# index's digest). Not part of make release; install.yaml still pins the amd64 digest.
+IMAGE_OCI_INDEX := $(DIST)/agent-sandbox-controller-$(IMAGE_VERSION)-multiarch-oci.tar
+.PHONY: image-index image-index-check
+image-index: image image-arm64
+	$(PY) hack/image/index.py --out $(IMAGE_OCI_INDEX) --digest $(DIST)/image-index.digest \
+	  amd64=$(IMAGE_OCI) arm64=$(IMAGE_OCI_ARM64) >/dev/null
+	@echo "$(IMAGE_OCI_INDEX) $$(cat $(DIST)/image-index.digest)"
+
+# The index of the real archives lists dist/image.digest and dist/image-arm64.digest with their
+# platforms, holds every blob they name, and a second join gives the same bytes
+# (tests/image/test_image_index.py; no root, a few seconds after the builds).
+image-index-check: image-index
+	VERSION=$(IMAGE_VERSION) $(PYTEST) tests/image/test_image_index.py
 
 # ruff on every Python file of the repository (src, tests, bench, hack, and any to come), mypy --strict
 # The Helm chart, packaged: version and appVersion from pyproject.toml unless VERSION= is given;

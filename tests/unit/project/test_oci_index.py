@@ -1,6 +1,7 @@
 """hack/image/index.py: per-architecture image layout archives (written by oci.py from small
 trees) joined into one multi-platform image index, reproducibly, and only when each input is one
-image of the architecture it is given as."""
+image of the architecture it is given as. (The real archives: tests/image/test_image_index.py,
+`make image-index-check`.)"""
 
 from __future__ import annotations
 
