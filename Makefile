@@ -21,7 +21,7 @@ help:
 	@echo "make test          the test suite: unit + integration (a real local control plane) + one fault test"
 	@echo "make test-faults   the whole fault suite (kills, restarts, network faults)"
 	@echo "make conformance   upstream v1.0.1's own e2e tests (hack/conformance/required.txt) against our controller"
-	@echo ".ci/run            everything CI runs: make lint, make test, make test-faults, make conformance, make release-check, make image-arm64-check"
+	@echo ".ci/run            everything CI runs: make lint, make test, make test-faults, make conformance, make release-check, make image-arm64-check, make image-index-check"
 	@echo "make cluster       start the local control plane in the background (.cluster/kubeconfig)"
 	@echo "make cluster-down  stop it"
 	@echo "make lint          ruff + mypy"
