@@ -7,6 +7,12 @@
 #   make image                      # also leaves the root filesystem in build/image/rootfs.tar
 #   docker build -t registry.example.com/agent-sandbox-controller:0.1.0 .
 #
+# arm64 (no emulator needed: nothing is run while building FROM scratch):
+#
+#   make image-arm64                # leaves build/image-arm64/rootfs.tar
+#   docker build --platform linux/arm64 --build-arg ROOTFS=build/image-arm64/rootfs.tar \
+#     -t registry.example.com/agent-sandbox-controller:0.1.0-arm64 .
+#
 # `make image` alone gives dist/agent-sandbox-controller-<version>-oci.tar, pushed as it is with
 # crane, skopeo or oras (docs/deploy.md). Entrypoint, user and environment are the OCI config's.
 FROM scratch

@@ -148,6 +148,19 @@ def test_the_dockerfile_is_the_same_image() -> None:
     assert "*" in ignored and "!build/image/rootfs.tar" in ignored
 
 
+def test_the_dockerfile_builds_the_arm64_image_from_its_root_filesystem() -> None:
+    """The arm64 build leaves its root filesystem where the Dockerfile's arm64 command names it,
+    and the build context lets it in (``.dockerignore`` admits nothing else)."""
+    text = (ROOT / "Dockerfile").read_text()
+    assert "--platform linux/arm64 --build-arg ROOTFS=build/image-arm64/rootfs.tar" in text
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert "!build/image-arm64/rootfs.tar" in ignored
+    makefile = (ROOT / "Makefile").read_text()
+    assert "IMAGE_WORK_ARM64 ?= build/image-arm64" in makefile
+    build_py = (ROOT / "hack/image/build.py").read_text()
+    assert 'img.layer_tar.replace(work / "rootfs.tar")' in build_py
+
+
 def test_the_debian_lock_is_whole_and_has_no_shell() -> None:
     entries = build.read_debs_lock(build.DEBS_LOCK)
     assert entries, "hack/image/debs.lock is empty"
