@@ -21,6 +21,11 @@ over the very realisations it is scored on, so its share is if anything flatteri
 gives, per scenario and refill distribution, the share of realisations on which the autoscaler
 meets the goal and the share on which the best fixed size does.
 
+``--hours H`` draws each realisation ``H`` hours long instead of its trace's duration, warm-up
+and goal unchanged: on a longer trace chance weighs less in the verdict. Only stationary scenarios
+are lengthened (their parts hold all the way through; another shape's parts and events are placed
+in time).
+
 ``--only`` takes names or shell patterns (``'r*-grouped-32'``: that family in every round of the
 tuning set, other processes of one shape), chosen in the set's order. ``--judge-only`` judges the
 autoscaler alone and skips the search for the fixed sizes meeting the goal: the objective a tuning
@@ -62,8 +67,29 @@ from agentsandbox.sim.engine import Config, simulate  # noqa: E402
 SEED_BASE = 900_000  # realisation i of every trace is drawn with seed SEED_BASE + i
 
 
-def realisation(trace: TraceSpec, i: int) -> TraceSpec:
-    return dataclasses.replace(trace, name=f"{trace.name}~{i}", seed=SEED_BASE + i)
+#: a part placed in time has one of these; a stationary trace's parts have none
+TIMED_KEYS = ("start", "end", "at")
+
+
+def realisation(trace: TraceSpec, i: int, hours: float | None = None) -> TraceSpec:
+    """Realisation ``i`` of ``trace``'s process; ``hours`` long if given (its own name, so that
+    its CSV is not another length's)."""
+    if hours is None:
+        return dataclasses.replace(trace, name=f"{trace.name}~{i}", seed=SEED_BASE + i)
+    return dataclasses.replace(
+        trace, name=f"{trace.name}~{i}@{hours:g}h", seed=SEED_BASE + i, duration=hours * 3600.0
+    )
+
+
+def lengthened(s: Scenario, trace: TraceSpec, hours: float) -> str | None:
+    """Why ``s`` cannot be drawn ``hours`` long (None: it can)."""
+    if not s.stationary:
+        return f"{s.name} is not stationary"
+    if any(key in part for part in trace.parts for key in TIMED_KEYS):
+        return f"{s.name}'s trace has parts placed in time"
+    if hours * 3600.0 <= s.warmup:
+        return f"{hours:g} h is within {s.name}'s warm-up ({s.warmup:g} s)"
+    return None
 
 
 class Sizes:
@@ -109,13 +135,20 @@ def highest(sizes: Sizes, idle: float, start: int) -> int:
 
 
 def run_one(
-    s: Scenario, trace: TraceSpec, i: int, latency: str, out: Path, fixed: bool = True
+    s: Scenario,
+    trace: TraceSpec,
+    i: int,
+    latency: str,
+    out: Path,
+    fixed: bool = True,
+    hours: float | None = None,
 ) -> dict[str, Any]:
-    spec = realisation(trace, i)
+    spec = realisation(trace, i, hours)
     csv = evaluate.ensure_trace(spec, out / "traces")
     entry = evaluate.run_one(s, spec, csv, latency, out, None)
     entry["realisation"] = i
     entry["seed"] = spec.seed
+    entry["duration_s"] = spec.duration
     if entry["static_size"] is None or not fixed:  # never Ready, or no search asked for
         return entry
     started = time.perf_counter()
@@ -133,7 +166,9 @@ def run_one(
     return entry
 
 
-def _task(args: tuple[Scenario, TraceSpec, int, str, Path, bool]) -> dict[str, Any]:
+def _task(
+    args: tuple[Scenario, TraceSpec, int, str, Path, bool, float | None],
+) -> dict[str, Any]:
     return run_one(*args)
 
 
@@ -205,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="judge the autoscaler alone: no search for the fixed sizes meeting the goal",
     )
+    p.add_argument(
+        "--hours",
+        type=float,
+        help="draw each realisation this many hours long (stationary scenarios only)",
+    )
     p.add_argument("--out", type=Path, default=Path("build/autoscale-realisations"))
     args = p.parse_args(argv)
     argv_shown = sys.argv[1:] if argv is None else argv
@@ -221,9 +261,13 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [scenarios[name] for name in names]
     if any(s.never_ready for s in chosen):
         p.error("a never-Ready scenario has no static pool to compare with")
+    if args.hours is not None:
+        refused = [why for s in chosen if (why := lengthened(s, specs[s.trace], args.hours))]
+        if refused:
+            p.error("--hours: " + "; ".join(refused))
     latencies = args.latency or list(evaluate.LATENCIES)
     tasks = [
-        (s, specs[s.trace], i, lat, out, not args.judge_only)
+        (s, specs[s.trace], i, lat, out, not args.judge_only, args.hours)
         for s in chosen
         for lat in latencies
         for i in range(args.count)
@@ -271,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "commit": head},
         "jobs": args.jobs,
         "seed_base": SEED_BASE,
+        "hours": args.hours,
         "elapsed_s": time.perf_counter() - started,
         "goal": {
             "warm_slack": evaluate.WARM_SLACK,

@@ -164,9 +164,15 @@ def test_a_judge_only_run_writes_the_pooled_counts(
     processes (whose name once shadowed the pooling function)."""
 
     def judged(
-        s: Any, trace: Any, i: int, latency: str, out: Path, fixed: bool = True
+        s: Any,
+        trace: Any,
+        i: int,
+        latency: str,
+        out: Path,
+        fixed: bool = True,
+        hours: float | None = None,
     ) -> dict[str, Any]:
-        assert not fixed
+        assert not fixed and hours is None
         return {
             "scenario": s.name,
             "trace": s.trace,
@@ -193,3 +199,60 @@ def test_a_judge_only_run_writes_the_pooled_counts(
     assert written["pooled"] == {
         "local": {"autoscaler_met": 6, "autoscaler_warm_ok": 9, "realisations": 9}
     }
+
+
+def test_a_longer_realisation_is_the_same_draw_drawn_longer(rz: ModuleType) -> None:
+    traces = importlib.import_module("scenarios").load_traces()
+    spec = traces["held14-grouped-8"]
+    short, long = rz.realisation(spec, 3), rz.realisation(spec, 3, 12.0)
+    assert long.seed == short.seed and long.parts == short.parts
+    assert long.duration == 12 * 3600.0 and short.duration == spec.duration
+    assert long.name != short.name  # its own CSV
+
+
+def test_only_stationary_scenarios_are_drawn_longer(
+    rz: ModuleType, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A stationary trace's parts hold all the way through, so a longer draw is more of the same
+    process; a step's or a burst's parts are placed in time, and a longer draw is another shape."""
+    sc = importlib.import_module("scenarios")
+    traces = sc.load_traces()
+    tuning = {s.name: s for s in sc.load_set("tuning", traces)}
+    grouped = tuning["r1-grouped-32"]
+    assert rz.lengthened(grouped, traces[grouped.trace], 12.0) is None
+    assert "warm-up" in rz.lengthened(grouped, traces[grouped.trace], 0.5)
+    steps = tuning["r1-steps-x2"]
+    assert "not stationary" in rz.lengthened(steps, traces[steps.trace], 12.0)
+    timed = dataclasses.replace(traces[grouped.trace], parts=({"kind": "poisson", "end": 60},))
+    assert "placed in time" in rz.lengthened(grouped, timed, 12.0)
+    with pytest.raises(SystemExit):
+        rz.main(
+            ["--set", "tuning", "--only", "r1-steps-x2", "--hours", "12", "--out", str(tmp_path)]
+        )
+    assert "--hours: r1-steps-x2 is not stationary" in capsys.readouterr().err
+
+
+def test_hours_reach_every_realisation_and_the_report(
+    rz: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    asked: list[float | None] = []
+
+    def judged(*args: Any) -> dict[str, Any]:
+        s, _, i, *_, hours = args
+        asked.append(hours)
+        return {
+            "scenario": s.name,
+            "trace": s.trace,
+            "latency": "local",
+            "realisation": i,
+            "goal": {"met": True, "warm_ok": True},
+            "static_size": 5,
+            "idle_ratio": 1.0,
+        }
+
+    monkeypatch.setattr(rz, "run_one", judged)
+    monkeypatch.setattr(rz.evaluate, "summary_line", lambda e: e["scenario"])
+    argv = ["--set", "tuning", "--only", "r1-grouped-8", "--count", "2", "--latency", "local"]
+    assert rz.main([*argv, "--judge-only", "--hours", "12", "--out", str(tmp_path)]) == 0
+    assert asked == [12.0, 12.0]
+    assert json.loads((tmp_path / "realisations.json").read_text())["hours"] == 12.0
