@@ -185,3 +185,42 @@ def test_a_judge_only_realisation_study_shows_no_best_fixed_size(
         if line.startswith("| grouped-")
     ]
     assert rows and all("| not searched | — |" in line for line in rows), rows
+
+
+def test_the_length_table_pools_each_shape_over_its_processes(report: Any, tmp_path: Path) -> None:
+    """One row per trace length and shape: the draws of every process of that shape (the
+    scenario name's last part) counted together, met and with the warm share needed."""
+
+    def entry(scenario: str, met: bool, warm_ok: bool, ratio: float, hours: float) -> Any:
+        return {
+            "scenario": scenario,
+            "latency": "lognormal 90s",
+            "goal": {"met": met, "warm_ok": warm_ok},
+            "idle_ratio": ratio,
+            "duration_s": hours * 3600,
+        }
+
+    for stem, hours in zip(report.LENGTH_STUDIES, (4, 12), strict=True):
+        study = {
+            "command": f"python bench/autoscale/realisations.py --hours {hours}",
+            "commit": "0123456789",
+            "machine": {"cpus": 2},
+            "elapsed_s": 600,
+            "jobs": 2,
+            "seed_base": 900000,
+            "results": [
+                entry("r1-grouped-8", True, True, 1.01, hours),
+                entry("r2-grouped-8", hours == 12, True, 1.07, hours),
+                entry("r1-grouped-32", False, False, 0.98, hours),
+                entry("r1-grouped-32", True, True, 1.03, hours),
+            ],
+        }
+        (tmp_path / f"{stem}.json").write_text(json.dumps(study))
+    rows = [ln for ln in report.render("autoscale-lengths", tmp_path).splitlines() if "| 4 h" in ln]
+    assert rows == [
+        "| 4 h | groups of 8 | lognormal 90s | 2 | 2 | 1 (50%) | 2 | 1.04 / 1.07 |",
+        "| 4 h | groups of 32 | lognormal 90s | 1 | 2 | 1 (50%) | 1 | 1.00 / 1.03 |",
+    ]
+    assert "| 12 h | groups of 8 | lognormal 90s | 2 | 2 | 2 (100%) | 2 |" in report.render(
+        "autoscale-lengths", tmp_path
+    )
