@@ -531,8 +531,8 @@ def autoscale_lengths(results: Path) -> str:
     """Per trace length and shape (the scenario name's last part), the autoscaler's draws met
     over every process of that shape, with the warm share needed, and its idle time over the
     hindsight static pool's."""
-    studies = [load(results, stem) for stem in LENGTH_STUDIES]
-    if any(r is None for r in studies):
+    studies = [r for stem in LENGTH_STUDIES if (r := load(results, stem)) is not None]
+    if len(studies) < len(LENGTH_STUDIES):
         return not_measured(
             LENGTH_STUDIES[-1],
             "python bench/autoscale/realisations.py --set tuning --only 'r*-grouped-*' "
@@ -540,7 +540,6 @@ def autoscale_lengths(results: Path) -> str:
         )
     lines = []
     for r in studies:
-        assert r is not None
         lines.append(
             f"- `{r['command']}` (commit `{r['commit'][:7]}`, {r['machine']['cpus']} CPUs, "
             f"{r['elapsed_s'] / 60:.0f} min with {r['jobs']} jobs; seeds from {r['seed_base']})"
@@ -551,23 +550,21 @@ def autoscale_lengths(results: Path) -> str:
         "reaches the warm share needed | autoscaler idle ÷ static (median / max) |",
         "|---|---|---|---|---|---|---|---|",
     ]
+
+    def shape(e: dict[str, Any]) -> str:
+        return str(e["scenario"]).rsplit("-", 1)[-1]  # grouped-8 -> 8
+
     for r in studies:
-        assert r is not None
         entries = [e for e in r["results"] if e["goal"]["met"] is not None]
-        shapes = sorted({e["scenario"].rsplit("-", 1)[-1] for e in entries}, key=int)
-        for shape in shapes:
+        for size in sorted({shape(e) for e in entries}, key=int):
             for latency in sorted({e["latency"] for e in entries}):
-                mine = [
-                    e
-                    for e in entries
-                    if e["scenario"].rsplit("-", 1)[-1] == shape and e["latency"] == latency
-                ]
+                mine = [e for e in entries if shape(e) == size and e["latency"] == latency]
                 hours = sorted({e["duration_s"] / 3600 for e in mine})
                 ratios = [e["idle_ratio"] for e in mine]
                 met = sum(1 for e in mine if e["goal"]["met"])
                 warm = sum(1 for e in mine if e["goal"]["warm_ok"])
                 lines.append(
-                    f"| {' / '.join(f'{h:g}' for h in hours)} h | groups of {shape} | {latency} "
+                    f"| {' / '.join(f'{h:g}' for h in hours)} h | groups of {size} | {latency} "
                     f"| {len({e['scenario'] for e in mine})} | {len(mine)} "
                     f"| {met} ({met / len(mine):.0%}) | {warm} "
                     f"| {statistics.median(ratios):.2f} / {max(ratios):.2f} |"

@@ -74,11 +74,10 @@ TIMED_KEYS = ("start", "end", "at")
 def realisation(trace: TraceSpec, i: int, hours: float | None = None) -> TraceSpec:
     """Realisation ``i`` of ``trace``'s process; ``hours`` long if given (its own name, so that
     its CSV is not another length's)."""
-    if hours is None:
-        return dataclasses.replace(trace, name=f"{trace.name}~{i}", seed=SEED_BASE + i)
-    return dataclasses.replace(
-        trace, name=f"{trace.name}~{i}@{hours:g}h", seed=SEED_BASE + i, duration=hours * 3600.0
-    )
+    name, duration = f"{trace.name}~{i}", trace.duration
+    if hours is not None:
+        name, duration = f"{name}@{hours:g}h", hours * 3600.0
+    return dataclasses.replace(trace, name=name, seed=SEED_BASE + i, duration=duration)
 
 
 def lengthened(s: Scenario, trace: TraceSpec, hours: float) -> str | None:
