@@ -572,6 +572,56 @@ def autoscale_lengths(results: Path) -> str:
     return "\n".join(lines)
 
 
+#: the quiet-then-burst families of the evaluation and the tuning set (bench/autoscale/family.py)
+FAMILY_STUDIES = ("autoscale-family", "autoscale-family-tuning")
+
+
+def autoscale_family(results: Path) -> str:
+    """Per quiet-then-burst scenario: the members its pool must hold when the burst comes, and the
+    least idle time that costs on the trace without the burst, against that trace's smallest
+    static pool."""
+    studies = [r for stem in FAMILY_STUDIES if (r := load(results, stem)) is not None]
+    if len(studies) < len(FAMILY_STUDIES):
+        return not_measured(
+            FAMILY_STUDIES[0], "python bench/autoscale/family.py --out build/family"
+        )
+    lines = [
+        f"- `{r['command']}` (commit `{r['commit'][:7]}`, {r['machine']['cpus']} CPUs, "
+        f"{r['elapsed_s']:.0f} s)"
+        for r in studies
+    ]
+    lines += [
+        "",
+        "| set | scenario | refill | burst | members needed at it (cold allowed) | quiet span "
+        "| least idle sandbox-s without the burst: mean refill / 1st percentile "
+        "| smallest static pool without the burst | no autoscaler meets the family "
+        "| the design without the burst |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in studies:
+        for e in r["results"]:
+            b, bound, none = (
+                e["without_burst"],
+                e["bound_idle_sandbox_seconds"],
+                e["no_autoscaler_meets_family"],
+            )
+            t1, t2 = e["quiet_span_s"]
+            design = b["design"]
+            verdict = {(True, True): "yes", (True, False): "with the mean refill only"}.get(
+                (none["mean"], none["p1"]), "not shown"
+            )
+            lines.append(
+                f"| {r['set']} | {e['scenario']} | {e['latency']} | {e['burst']['size']} in "
+                f"{e['burst']['spread_s']:g} s | {e['members_needed']} "
+                f"({e['with_burst']['cold_allowed']}) | {(t2 - t1) / 3600:.2f} h "
+                f"| {_num(bound['mean'])} / {_num(bound['p1'])} "
+                f"| {_num(b['static_idle_sandbox_seconds'])} (static {b['static_size']}) "
+                f"| {verdict} | {_pct(design['warm_share'])}, "
+                f"{_met(b['design_goal']['met'])} |"
+            )
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------- the blocks
 @dataclass(frozen=True)
 class Block:
@@ -610,6 +660,7 @@ BLOCKS: dict[str, Block] = {
         "autoscaling.md", autoscale_realisations, ("autoscale-realisations",)
     ),
     "autoscale-lengths": Block("autoscaling.md", autoscale_lengths, LENGTH_STUDIES),
+    "autoscale-family": Block("autoscaling.md", autoscale_family, FAMILY_STUDIES),
 }
 
 

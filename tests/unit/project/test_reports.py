@@ -224,3 +224,50 @@ def test_the_length_table_pools_each_shape_over_its_processes(report: Any, tmp_p
     assert "| 12 h | groups of 8 | lognormal 90s | 2 | 2 | 2 (100%) | 2 |" in report.render(
         "autoscale-lengths", tmp_path
     )
+
+
+def test_the_family_table_says_no_autoscaler_only_where_the_bound_clears_the_static_pool(
+    report: Any, tmp_path: Path
+) -> None:
+    """A quiet-then-burst row reads "yes" only when both bounds (mean and cautious refill) are
+    above the static pool's idle time on the trace without the burst, and says which otherwise."""
+
+    def entry(name: str, none: tuple[bool, bool]) -> Any:
+        return {
+            "scenario": name,
+            "latency": "lognormal 90s",
+            "burst": {"size": 110, "spread_s": 12.0},
+            "members_needed": 74,
+            "with_burst": {"cold_allowed": 36},
+            "quiet_span_s": [4860.0, 12600.0],
+            "bound_idle_sandbox_seconds": {"mean": 742605.4, "p1": 654255.2},
+            "no_autoscaler_meets_family": {"mean": none[0], "p1": none[1]},
+            "without_burst": {
+                "static_idle_sandbox_seconds": 631684.1,
+                "static_size": 45,
+                "design": {"warm_share": 0.98068},
+                "design_goal": {"met": False},
+            },
+        }
+
+    for stem, which in zip(report.FAMILY_STUDIES, ("evaluation", "tuning"), strict=True):
+        study = {
+            "set": which,
+            "command": "python bench/autoscale/family.py",
+            "commit": "0123456789",
+            "machine": {"cpus": 2},
+            "elapsed_s": 12.0,
+            "results": [entry("a", (True, True)), entry("b", (True, False))],
+        }
+        if which == "tuning":
+            study["results"] = [entry("c", (False, False))]
+        (tmp_path / f"{stem}.json").write_text(json.dumps(study))
+    rows = [ln for ln in report.render("autoscale-family", tmp_path).splitlines() if ln[:2] == "| "]
+    assert rows[1:] == [  # after the header
+        "| evaluation | a | lognormal 90s | 110 in 12 s | 74 (36) | 2.15 h | 742 605 / 654 255 "
+        "| 631 684 (static 45) | yes | 98.07 %, **missed** |",
+        "| evaluation | b | lognormal 90s | 110 in 12 s | 74 (36) | 2.15 h | 742 605 / 654 255 "
+        "| 631 684 (static 45) | with the mean refill only | 98.07 %, **missed** |",
+        "| tuning | c | lognormal 90s | 110 in 12 s | 74 (36) | 2.15 h | 742 605 / 654 255 "
+        "| 631 684 (static 45) | not shown | 98.07 %, **missed** |",
+    ]
