@@ -336,12 +336,12 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
             memory.bursts.ended(now)
     rising = panicking and not memory.panic_settled
     memory.bursts.fit(now, policy)
-    z = 1.0
+    z, excess = 1.0, 0.0
     if stable_claims:
         # less the pairs Poisson arrivals make by chance (a claim within group_gap of the
         # previous one: probability about rate x group_gap, adding about 2 to the squares)
-        chance = 2.0 * rate * policy.group_gap
-        z = 1.0 + memory.refill_kappa * max(0.0, dispersion - 1.0 - chance)
+        excess = dispersion - 1.0 - 2.0 * rate * policy.group_gap
+        z = 1.0 + memory.refill_kappa * max(0.0, excess)
 
     allowance = 1.0 - target
     # within the policy's bounds (a kept value may come from another policy)
@@ -405,7 +405,11 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     since = max(
         now - policy.occupancy_window * memory.hold, memory.first_seen, bins.first * bins.width
     )
-    occupied = occupancy_floor(bins, since, 1.0 - target, current, policy.floor_sigmas, dispersion)
+    occupied = (  # none for a steady grouped load: a clump of its groups is chance, no change
+        0
+        if steady and excess > policy.grouped_excess
+        else occupancy_floor(bins, since, 1.0 - target, current, policy.floor_sigmas, dispersion)
+    )
     if occupied:
         base = rate * refill
         if memory.regime_start is not None and now - memory.regime_start < policy.panic_hold:

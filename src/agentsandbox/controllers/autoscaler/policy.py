@@ -34,6 +34,10 @@ class Policy:
     # how far (standard deviations of their count) the claims the current size would have
     # served cold must be above the allowance before the occupancy floor rises above it
     floor_sigmas: float = 2.0
+    # a steady load whose index of dispersion is over Poisson's (with its chance pairs) by more
+    # than this is grouped: it has no occupancy floor (the model's peakedness sizes its groups;
+    # a clump of them in the window is chance, not a change of the load)
+    grouped_excess: float = 0.25
     # seconds the long rate weighs claims over: a stationary load is sized on hours of claims
     # rather than on the chance of the last window, while the window's claims are consistent
     # with it (floor_sigmas standard deviations of their count)
