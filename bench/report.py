@@ -527,14 +527,23 @@ def autoscale_realisations(results: Path) -> str:
 LENGTH_STUDIES = ("autoscale-lengths-short", "autoscale-lengths-long")
 
 
-def autoscale_lengths(results: Path) -> str:
+#: the same study of round 15's design (its tuning evidence), at 12 hours
+LENGTH_STUDY_FLOORLESS = ("autoscale-lengths-floorless",)
+
+
+def autoscale_lengths(stems: tuple[str, ...]) -> Callable[[Path], str]:
+    """A table of the realisation studies ``stems``, each in its own rows."""
+    return lambda results: _lengths(results, stems)
+
+
+def _lengths(results: Path, stems: tuple[str, ...]) -> str:
     """Per trace length and shape (the scenario name's last part), the autoscaler's draws met
     over every process of that shape, with the warm share needed, and its idle time over the
     hindsight static pool's."""
-    studies = [r for stem in LENGTH_STUDIES if (r := load(results, stem)) is not None]
-    if len(studies) < len(LENGTH_STUDIES):
+    studies = [r for stem in stems if (r := load(results, stem)) is not None]
+    if len(studies) < len(stems):
         return not_measured(
-            LENGTH_STUDIES[-1],
+            stems[-1],
             "python bench/autoscale/realisations.py --set tuning --only 'r*-grouped-*' "
             "--judge-only --hours H --out build/rz",
         )
@@ -659,7 +668,10 @@ BLOCKS: dict[str, Block] = {
     "autoscale-realisations": Block(
         "autoscaling.md", autoscale_realisations, ("autoscale-realisations",)
     ),
-    "autoscale-lengths": Block("autoscaling.md", autoscale_lengths, LENGTH_STUDIES),
+    "autoscale-lengths": Block("autoscaling.md", autoscale_lengths(LENGTH_STUDIES), LENGTH_STUDIES),
+    "autoscale-lengths-floorless": Block(
+        "autoscaling.md", autoscale_lengths(LENGTH_STUDY_FLOORLESS), LENGTH_STUDY_FLOORLESS
+    ),
     "autoscale-family": Block("autoscaling.md", autoscale_family, FAMILY_STUDIES),
 }
 
