@@ -44,7 +44,6 @@ import json
 import math
 import os
 import platform
-import random
 import shlex
 import sys
 import time
@@ -64,20 +63,6 @@ from agentsandbox.sim import latency as lat  # noqa: E402
 TAG = "quiet-then-burst"
 #: the cautious refill in the bound: one member in a hundred starts faster
 CAUTIOUS_QUANTILE = 0.01
-
-
-def part_times(spec: TraceSpec, keep: Sequence[int]) -> list[float]:
-    """The claim times of ``spec``'s parts numbered ``keep``, each drawn from its own stream as
-    ``make_traces.arrivals`` draws it (so a part left out changes no other part's claims)."""
-    times = [0.0]
-    for i, part in enumerate(spec.parts):
-        if i not in keep:
-            continue
-        kind = str(part["kind"])
-        rng = random.Random(f"{spec.seed}:{i}:{kind}")
-        fn = make_traces.KINDS[kind]
-        times.extend(t for t in fn(part, spec.duration, rng) if 0.0 <= t < spec.duration)
-    return sorted(times)
 
 
 def burst_part(spec: TraceSpec) -> int:
@@ -142,10 +127,8 @@ def family(s: Scenario, spec: TraceSpec) -> tuple[Family, list[float]]:
     b_index = burst_part(spec)
     burst = spec.parts[b_index]
     at, size = float(burst["at"]), int(burst["size"])
-    every = part_times(spec, range(len(spec.parts)))
-    if every != make_traces.arrivals(spec):
-        raise AssertionError(f"{spec.name}: parts drawn apart differ from the trace")
-    b = part_times(spec, [i for i in range(len(spec.parts)) if i != b_index])
+    every = make_traces.arrivals(spec)
+    b = make_traces.arrivals(spec, leave_out={b_index})
     before = [t for t in b if t < at]
     # the family's bursts fall after the warm-up, where claims and idle time are judged
     t1 = max(before[-1] if before else 0.0, s.warmup)

@@ -31,7 +31,7 @@ import gzip
 import math
 import random
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -126,10 +126,14 @@ KINDS: dict[str, Callable[[Part, float, random.Random], list[float]]] = {
 }
 
 
-def arrivals(spec: TraceSpec) -> list[float]:
-    """The trace's claim times: sorted, from 0 (a claim at 0), before its duration."""
+def arrivals(spec: TraceSpec, leave_out: Collection[int] = ()) -> list[float]:
+    """The trace's claim times: sorted, from 0 (a claim at 0), before its duration. The parts
+    numbered ``leave_out`` are left out; each other part draws from its own stream, so its claims
+    are the same with them or without."""
     times = [0.0]
     for i, part in enumerate(spec.parts):
+        if i in leave_out:
+            continue
         kind = str(part["kind"])
         if kind not in KINDS:
             raise ValueError(f"trace {spec.name}: unknown part kind {kind!r}")
