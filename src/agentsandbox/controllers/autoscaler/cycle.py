@@ -11,20 +11,45 @@ The schedule is learnt from the starts of the panics' rises (:class:`Rise`): at 
 ``cycle_rises`` of them, whose times fit ``phase + k * period`` within ``cycle_tolerance`` of a
 period. Bursts at random gaps almost never do; a burst that comes off the schedule breaks the fit,
 and the pool is sized as without a schedule until enough rises fit again.
+
+Bursts at random gaps (no schedule) are handled in two ways:
+
+- **Their size is remembered** (:meth:`Bursts.memory_floor`): each burst's claims are kept, and
+  the pool as a burst comes is the smallest static pool that would have served the bursts of
+  the long horizon within the allowance of all its claims, counted as a static pool serves
+  them (a cold claim frees no slot), not by the occupancy, which over-states a burst's cold
+  claims when refills are faster than their mean.
+- **Their spacing is learnt** (:class:`Spacing`): from ``gap_rises`` gaps between rises, the
+  next burst is not expected before the shortest gap is over, less the spread of the gaps
+  over their count (the unbiased lower end of a uniform law): until then the pool holds what
+  the claims between bursts need, as between the bursts of a schedule.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agentsandbox.controllers.autoscaler.policy import Policy
 from agentsandbox.controllers.autoscaler.queueing import hayward_servers
-from agentsandbox.controllers.autoscaler.window import ArrivalBins, group_floor, quantile_floor
+from agentsandbox.controllers.autoscaler.window import (
+    ArrivalBins,
+    bucket_value,
+    group_floor,
+    occupancy_bucket,
+    quantile_floor,
+)
 
 #: rises kept (at most, and none older than the policy's long_horizon)
 RISES_KEPT = 12
+#: claims a rise keeps at most (from a refill time before it to its end): counting what a static
+#: pool of one size would have served of them is one pass over them, and sizing the pool on the
+#: bursts about nine such passes per rise, once (a few milliseconds); a rise among more claims
+#: keeps none, and the occupancy sizes the pool as before
+RISE_CLAIMS_KEPT = 4096
 
 
 @dataclass
@@ -33,6 +58,53 @@ class Rise:
 
     start: float
     end: float | None = None
+    # its claims' times (None: not read yet; empty: not kept whole), from a refill time before
+    # the panic window that detected it to its end: those before ``counted`` only fill slots
+    claims: tuple[float, ...] | None = None
+    counted: float = 0.0
+    refill: float = 0.0  # seconds a slot is busy with a claim, as the claims were read
+    cold: dict[int, int] = field(default_factory=dict)  # static size -> claims served cold
+
+
+def served_cold(times: Sequence[float], counted: float, size: int, refill: float) -> int:
+    """The claims from ``counted`` on (``times`` ascending) that a static pool of ``size``
+    would have served cold, each warm claim's slot busy ``refill`` seconds (a cold claim frees
+    none)."""
+    busy: deque[float] = deque()
+    cold = 0
+    for t in times:
+        while busy and busy[0] <= t:
+            busy.popleft()
+        if len(busy) < size:
+            busy.append(t + refill)
+        elif t >= counted:
+            cold += 1
+    return cold
+
+
+@dataclass(frozen=True)
+class Spacing:
+    """Rises at random gaps, none expected sooner than ``period`` seconds after the last;
+    learnt from ``rises`` gaps."""
+
+    period: float
+    rises: int
+    spread: float = 0.0
+
+    def next_mark(self, last_rise: float) -> float:
+        return last_rise + self.period
+
+
+def spacing_of(starts: Sequence[float], gaps: int) -> Spacing | None:
+    """The spacing of the rises (``starts`` in order), from at least ``gaps`` gaps between them:
+    the shortest gap less the spread of the gaps over one fewer than their count (``None``:
+    fewer gaps, or no time left)."""
+    between = [b - a for a, b in itertools.pairwise(starts)]
+    if len(between) < max(gaps, 2):
+        return None
+    low, high = min(between), max(between)
+    period = low - (high - low) / (len(between) - 1)
+    return Spacing(period, len(between)) if period > 0 else None
 
 
 @dataclass(frozen=True)
@@ -151,6 +223,7 @@ class Bursts:
 
     rises: list[Rise] = field(default_factory=list)
     cycle: Cycle | None = None
+    spacing: Spacing | None = None  # without a schedule: how far apart the rises are at least
     quiet: list[tuple[float, int]] = field(default_factory=list)
 
     def rose(self, now: float, policy: Policy) -> None:
@@ -166,8 +239,9 @@ class Bursts:
         if self.rises and self.rises[-1].end is None:
             self.rises[-1].end = now
 
-    def fit(self, now: float, policy: Policy) -> None:
-        """The rises of the long horizon (at most :data:`RISES_KEPT`), and their schedule."""
+    def fit(self, bins: ArrivalBins, now: float, policy: Policy) -> None:
+        """The rises of the long horizon (at most :data:`RISES_KEPT`), their schedule or their
+        spacing, and the claims of those that ended (:meth:`record`)."""
         self.rises = [r for r in self.rises if r.start >= now - policy.long_horizon][-RISES_KEPT:]
         self.cycle = cycle_of(
             [r.start for r in self.rises],
@@ -175,6 +249,62 @@ class Bursts:
             policy.cycle_tolerance,
             2.0 * policy.bin_width,
         )
+        self.spacing = (
+            None
+            if self.cycle is not None
+            else spacing_of([r.start for r in self.rises], policy.gap_rises)
+        )
+        self.record(bins, now, policy)
+
+    def record(self, bins: ArrivalBins, now: float, policy: Policy) -> None:
+        """Keep the claims of the rises that ended (two bins ago): from a refill time (the
+        occupancy's span) before the panic window that detected the rise, to its end. A rise
+        whose claims the window no longer holds whole, or more than :data:`RISE_CLAIMS_KEPT`,
+        keeps none."""
+        margin = 2.0 * bins.width
+        times = bins.times
+        for r in self.rises:
+            if r.claims is not None or r.end is None or r.end + margin > now:
+                continue
+            r.counted = r.start - policy.panic_window
+            r.refill = bins.span
+            first = r.counted - r.refill
+            if bins.span <= 0 or not times or times[0] > first:
+                r.claims = ()
+                continue
+            claims = tuple(t for t in times if first <= t <= r.end + margin)
+            r.claims = claims if len(claims) <= RISE_CLAIMS_KEPT else ()
+
+    def memory_floor(
+        self, policy: Policy, rate: float, now: float, allowance: float, hi: int
+    ) -> int:
+        """Without a schedule, from ``memory_rises`` kept bursts on: the smallest static pool
+        (in the occupancy's buckets) that would have served their claims cold at most
+        ``allowance`` of the claims (at ``rate``) from the first of them to ``now``; 0: too
+        few."""
+        kept = [r for r in self.rises if r.claims]
+        if self.cycle is not None or len(kept) < policy.memory_rises:
+            return 0
+        allowed = max(allowance * rate * (now - kept[0].counted), 1.0)
+
+        def cold(size: int) -> int:
+            total = 0
+            for r in kept:
+                if size not in r.cold:
+                    r.cold[size] = served_cold(r.claims or (), r.counted, size, r.refill)
+                total += r.cold[size]
+            return total
+
+        lo, top = 1, occupancy_bucket(max(hi, 1))
+        if cold(bucket_value(top)) > allowed:
+            return hi
+        while lo < top:  # the smallest bucket whose size keeps the cold claims allowed
+            mid = (lo + top) // 2
+            if cold(bucket_value(mid)) <= allowed:
+                top = mid
+            else:
+                lo = mid + 1
+        return min(bucket_value(top), hi)
 
     def between(
         self,
@@ -193,14 +323,22 @@ class Bursts:
         Hayward size of the claims between bursts from ``since`` on, at ``target``, and the
         group floor with ``grouped`` claims allowed cold (``None``: no groups)."""
         last = self.rises[-1] if self.rises else None
-        if self.cycle is None or last is None or last.end is None:
+        schedule = self.cycle if self.cycle is not None else self.spacing
+        if schedule is None or last is None or last.end is None:
             return None
-        due = self.cycle.next_mark(last.start)
-        arm = due - self.cycle.spread - refill_p99 - policy.refill_overhead - policy.cycle_lead
-        if not (last.end <= now < arm and arm - last.end >= 2.0 * refill):
+        due = schedule.next_mark(last.start)
+        arm = due - schedule.spread - refill_p99 - policy.refill_overhead - policy.cycle_lead
+        # a schedule's gap is worth it from two refill times; a spacing's from any time (the
+        # bursts' sizes are remembered: the pool is armed the same)
+        worth = 2.0 * refill if schedule is self.cycle else 0.0
+        if not (last.end <= now < arm and arm - last.end >= worth):
             return None
         hi = max(policy.min_replicas, policy.max_replicas)
         rate = base_rate(bins, since, now, self.rises, 2.0 * bins.width)
+        if schedule is not self.cycle:
+            # the remembered size spends the whole allowance on the bursts, as a static pool
+            # does (it never serves a claim between them cold): little is left for these
+            target = 1.0 - (1.0 - target) * policy.gap_quiet_share
         size = hayward_servers(rate * refill, z, target, hi)
         if grouped is not None:
             size = max(size, min(group_floor(bins, since, grouped), hi))
@@ -230,6 +368,14 @@ class Bursts:
 
     def describe(self, between: Between | None, now: float) -> str | None:
         """The schedule, for the decision's message (``None``: none)."""
+        if self.cycle is None and self.spacing is not None and self.rises:
+            gap = f"bursts at least {self.spacing.period:.0f}s apart ({self.spacing.rises} gaps)"
+            if between is not None:
+                return (
+                    f"{gap}: {between.size} sandboxes for the claims between bursts until "
+                    f"{between.armed_at - now:.0f}s from now"
+                )
+            return gap
         if self.cycle is None or not self.rises:
             return None
         c = self.cycle

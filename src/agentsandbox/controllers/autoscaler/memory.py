@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TypeGuard
 
 from agentsandbox.controllers.autoscaler.cycle import RISES_KEPT, Bursts, Rise
+from agentsandbox.controllers.autoscaler.policy import Policy
 from agentsandbox.controllers.autoscaler.window import ArrivalBins, LongWindow
 
 
@@ -149,3 +150,18 @@ def parse_rises(data: object, now: float) -> list[Rise]:
 def _finite(v: object) -> TypeGuard[int | float]:
     """A number (not a bool) that is finite."""
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def occupancy_span(policy: Policy, memory: Memory) -> float:
+    """Seconds the window counts a claim's occupancy over: the refill time (0: not measured)."""
+    return 0.0 if memory.refill_mean is None else memory.refill_mean + policy.refill_overhead
+
+
+def breaker_limit(policy: Policy, memory: Memory) -> float:
+    """Seconds a pool member may stay not Ready before the circuit breaker trips."""
+    base = (
+        policy.breaker_factor * memory.refill_p99
+        if memory.refill_p99 is not None
+        else policy.breaker_default
+    )
+    return min(max(base, policy.breaker_floor), policy.breaker_cap)

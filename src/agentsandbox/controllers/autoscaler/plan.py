@@ -106,7 +106,13 @@ from agentsandbox.controllers.autoscaler.decision import (
     Observation,
 )
 from agentsandbox.controllers.autoscaler.feedback import steer_allowance, stretch_hold
-from agentsandbox.controllers.autoscaler.memory import ESTIMATE_BOUNDS, Memory, parse_estimates
+from agentsandbox.controllers.autoscaler.memory import (
+    ESTIMATE_BOUNDS,
+    Memory,
+    breaker_limit,
+    occupancy_span,
+    parse_estimates,
+)
 from agentsandbox.controllers.autoscaler.policy import Policy
 from agentsandbox.controllers.autoscaler.queueing import (
     erlang_b,
@@ -131,21 +137,6 @@ from agentsandbox.controllers.autoscaler.window import trend as trend_of
 
 
 # ------------------------------------------------------------------------------------ decide
-def occupancy_span(policy: Policy, memory: Memory) -> float:
-    """Seconds the window counts a claim's occupancy over: the refill time (0: not measured)."""
-    return 0.0 if memory.refill_mean is None else memory.refill_mean + policy.refill_overhead
-
-
-def breaker_limit(policy: Policy, memory: Memory) -> float:
-    """Seconds a pool member may stay not Ready before the circuit breaker trips."""
-    base = (
-        policy.breaker_factor * memory.refill_p99
-        if memory.refill_p99 is not None
-        else policy.breaker_default
-    )
-    return min(max(base, policy.breaker_floor), policy.breaker_cap)
-
-
 def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     """The size (:func:`_size`), then the circuit breaker. It trips when the pool's members
     do not become Ready — the oldest not-Ready one is older than :func:`breaker_limit` and no
@@ -335,7 +326,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         if memory.panic_settled:
             memory.bursts.ended(now)
     rising = panicking and not memory.panic_settled
-    memory.bursts.fit(now, policy)
+    memory.bursts.fit(bins, now, policy)
     z, excess = 1.0, 0.0
     if stable_claims:
         # less the pairs Poisson arrivals make by chance (a claim within group_gap of the
@@ -405,7 +396,12 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     since = max(
         now - policy.occupancy_window * memory.hold, memory.first_seen, bins.first * bins.width
     )
-    occupied = (  # none for a steady grouped load: a clump of its groups is chance, no change
+    # in its place for bursts at random gaps: the size their claims needed (cycle.py), the
+    # steering tightening it only; none for a steady grouped load (no rises): a clump of its
+    # groups is chance, no change of the load
+    tight = 1.0 - max(target, policy.target_warm_share)
+    remembered = memory.bursts.memory_floor(policy, memory.long.rate(), now, tight, hi)
+    occupied = remembered or (
         0
         if steady and excess > policy.grouped_excess
         else occupancy_floor(bins, since, 1.0 - target, current, policy.floor_sigmas, dispersion)
@@ -418,7 +414,8 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
             whole, _, _, wstart = bins.total(max(now - policy.stable_window, memory.first_seen))
             base = whole / max(now - max(wstart, memory.first_seen), policy.bin_width) * refill
             load = max(base, ahead * refill if trend > 0 else 0.0)
-        occupied -= max(0, 1 + poisson_quantile(base, target) - servers_for(base, target, hi))
+        if not remembered:
+            occupied -= max(0, 1 + poisson_quantile(base, target) - servers_for(base, target, hi))
     floor = min(occupied, hi + 1)
     if largest > 1 and stable_claims:
         # a group of G claims finds at most the Ready members there are: when the refill is fast
@@ -515,7 +512,9 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         + (f" of peakedness {z:.2f}" if z > 1.0 else "")
         + f", {need} sandboxes for a {target:.2%} target"
         + (
-            f" (the claims' occupancy over the last {now - since:.0f}s: {floor})"
+            f" (the bursts remembered, as a static pool serves them: {floor})"
+            if remembered and floor >= need
+            else f" (the claims' occupancy over the last {now - since:.0f}s: {floor})"
             if floor >= need
             else " by Erlang-B"
         )

@@ -49,6 +49,12 @@ class Policy:
     cycle_rises: int = 7
     cycle_tolerance: float = 0.1
     cycle_lead: float = 30.0
+    # bursts at random gaps (cycle.py): their claims kept from memory_rises of them on size the
+    # pool as a burst comes; from gap_rises gaps between rises on, the pool holds what the
+    # claims between them need until the shortest gap (less the gaps' spread) nears its end
+    memory_rises: int = 2
+    gap_rises: int = 5
+    gap_quiet_share: float = 0.1  # of the allowance, for the claims between bursts at random gaps
     # added to the measured create -> Ready time: the work queue's coalescing and the create call
     # before the create is timed (the slot is busy from the adoption, not from the create)
     refill_overhead: float = 0.05

@@ -3,6 +3,7 @@ the tests run on it (pure): grouped arrivals, trends, significant changes."""
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,9 @@ OCCUPANCY_RATIO = 1.04
 #: at most this many recent claim times are kept to count occupancies (beyond: the oldest drop,
 #: the count is then a lower bound — at rates where the Erlang size dwarfs the burst excess)
 OCCUPANCY_KEEP = 20_000
+#: seconds of claim times kept to count what a static pool would have served of a burst
+#: (cycle.py: a burst's claims, from a refill time before its rise to its end)
+TIMES_KEPT = 900.0
 
 
 def occupancy_bucket(c: int) -> int:
@@ -59,6 +63,8 @@ class ArrivalBins:
     occupancy: list[dict[int, int]] = field(default_factory=list)  # per bin: bucket -> claims
     span: float = 0.0  # seconds the occupancy is counted over (0: not counted)
     recent: deque[float] = field(default_factory=deque)  # the recent claims' times, ascending
+    # the claims' times of the last TIMES_KEPT seconds (at most OCCUPANCY_KEEP), ascending
+    times: deque[float] = field(default_factory=deque)
 
     def _slot(self, k: int, extend: bool = False) -> int | None:
         if not self.claims:
@@ -106,6 +112,10 @@ class ArrivalBins:
             while recent and (recent[0] <= t - self.span or len(recent) >= OCCUPANCY_KEEP):
                 recent.popleft()
             recent.append(t)
+            times = self.times
+            while times and (times[0] <= t - TIMES_KEPT or len(times) >= OCCUPANCY_KEEP):
+                times.popleft()
+            times.append(t)
             b = occupancy_bucket(len(recent))
             self.occupancy[i][b] = self.occupancy[i].get(b, 0) + 1
 
@@ -154,6 +164,7 @@ class ArrivalBins:
             [*self.squares],
             [*self.largest],
             occupancy=[dict(h) for h in self.occupancy],
+            times=deque(self.times),
         )
 
     @classmethod
@@ -169,6 +180,11 @@ class ArrivalBins:
                 out.largest[i] = max(out.largest[i], part.largest[j])
                 for b, n in part.occupancy[j].items():
                     out.occupancy[i][b] = out.occupancy[i].get(b, 0) + n
+        timed = [part.times for part in parts if part.times]
+        if len(timed) == 1:
+            out.times = timed[0]  # read only: the decision does not add claims
+        elif timed:
+            out.times = deque(heapq.merge(*timed), maxlen=OCCUPANCY_KEEP)
         return out
 
     @classmethod
