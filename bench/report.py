@@ -581,6 +581,92 @@ def _lengths(results: Path, stems: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
+#: round 17's tuning evidence: draws of the tuning set's irregular-burst processes, the design
+#: before the round's tuning commit, then after it (bench/autoscale/realisations.py)
+IRREGULAR_STUDIES = ("autoscale-irregular-before", "autoscale-irregular")
+
+
+def autoscale_irregular(results: Path) -> str:
+    """Per study (one design), the draws of every irregular-burst process pooled: how many meet
+    the goal, reach the warm share needed and hold no more idle time than the hindsight static
+    pool; and, where searched, how many the best fixed size of each process meets."""
+    studies = [r for stem in IRREGULAR_STUDIES if (r := load(results, stem)) is not None]
+    if len(studies) < len(IRREGULAR_STUDIES):
+        return not_measured(
+            IRREGULAR_STUDIES[-1],
+            "python bench/autoscale/realisations.py --set tuning --only '*bursts-irregular' "
+            "--latency lognormal --out build/rz",
+        )
+    lines = [
+        f"- `{r['command']}` (commit `{r['commit'][:7]}`, {r['machine']['cpus']} CPUs, "
+        f"{r['elapsed_s'] / 60:.0f} min with {r['jobs']} jobs; seeds from {r['seed_base']})"
+        for r in studies
+    ]
+    lines += [
+        "",
+        "| commit | processes | draws | autoscaler meets the goal | reaches the warm share "
+        "needed | idle ≤ static | autoscaler idle ÷ static (median / max) | best fixed size "
+        "meets it |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in studies:
+        mine = [e for e in r["results"] if e["goal"]["met"] is not None]
+        ratios = [e["idle_ratio"] for e in mine]
+        met = sum(1 for e in mine if e["goal"]["met"])
+        warm = sum(1 for e in mine if e["goal"]["warm_ok"])
+        idle = sum(1 for e in mine if e["idle_ratio"] <= 1.0 + 1e-12)
+        best = [s["best_fixed_met"] for s in r["summaries"]]
+        fixed = "not searched" if None in best else f"{sum(best)} ({sum(best) / len(mine):.0%})"
+        lines.append(
+            f"| `{r['commit'][:7]}` | {len({e['scenario'] for e in mine})} | {len(mine)} "
+            f"| {met} ({met / len(mine):.0%}) | {warm} | {idle} "
+            f"| {statistics.median(ratios):.2f} / {max(ratios):.2f} | {fixed} |"
+        )
+    return "\n".join(lines)
+
+
+#: round 17's check on the tuning set: its r14..r16 rows replayed with the round's design,
+#: against the whole set's replay before it (autoscale-tuning)
+TUNING_CHECKS = ("autoscale-tuning-check", "autoscale-tuning-check-stationary")
+
+
+def autoscale_tuning_check(results: Path) -> str:
+    """Per replay of part of the tuning set: its runs judged and met, and against the same runs
+    of the whole set's replay (``autoscale-tuning``): how many give the same idle time, how
+    many hold less or more, and how many verdicts changed."""
+    whole = load(results, "autoscale-tuning")
+    checks = [r for stem in TUNING_CHECKS if (r := load(results, stem)) is not None]
+    if whole is None or len(checks) < len(TUNING_CHECKS):
+        return not_measured(
+            TUNING_CHECKS[0],
+            "python bench/autoscale/evaluate.py --set tuning --only NAME --out build/check",
+        )
+    before = {(e["scenario"], e["latency"]): e for e in whole["results"]}
+    lines = [
+        "| replay | runs judged | met | met before (`" + whole["commit"][:7] + "`) | same "
+        "idle time | less idle | more idle | gained | lost |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in checks:
+        runs = [e for e in r["results"] if e["goal"]["met"] is not None]
+        pairs = [(e, before[(e["scenario"], e["latency"])]) for e in runs]
+        idle = [
+            (e["autoscaled"]["idle_sandbox_seconds"], o["autoscaled"]["idle_sandbox_seconds"])
+            for e, o in pairs
+        ]
+        same = sum(1 for a, b in idle if abs(a - b) <= 1e-6 * max(b, 1.0))
+        less = sum(1 for a, b in idle if a < b - 1e-6 * max(b, 1.0))
+        gained = sum(1 for e, o in pairs if e["goal"]["met"] and not o["goal"]["met"])
+        lost = sum(1 for e, o in pairs if o["goal"]["met"] and not e["goal"]["met"])
+        lines.append(
+            f"| `{r['commit'][:7]}`, {r['elapsed_s'] / 60:.0f} min with {r['jobs']} jobs "
+            f"| {len(runs)} | {sum(1 for e, _ in pairs if e['goal']['met'])} "
+            f"| {sum(1 for _, o in pairs if o['goal']['met'])} | {same} | {less} "
+            f"| {len(runs) - same - less} | {gained} | {lost} |"
+        )
+    return "\n".join(lines)
+
+
 #: the quiet-then-burst families of the evaluation and the tuning set (bench/autoscale/family.py)
 FAMILY_STUDIES = ("autoscale-family", "autoscale-family-tuning")
 
@@ -673,6 +759,10 @@ BLOCKS: dict[str, Block] = {
         "autoscaling.md", autoscale_lengths(LENGTH_STUDY_FLOORLESS), LENGTH_STUDY_FLOORLESS
     ),
     "autoscale-family": Block("autoscaling.md", autoscale_family, FAMILY_STUDIES),
+    "autoscale-irregular": Block("autoscaling.md", autoscale_irregular, IRREGULAR_STUDIES),
+    "autoscale-tuning-check": Block(
+        "autoscaling.md", autoscale_tuning_check, ("autoscale-tuning", *TUNING_CHECKS)
+    ),
 }
 
 
