@@ -181,7 +181,8 @@ def test_between_bursts_at_random_gaps_the_pool_holds_what_the_claims_between_th
     """Gaps uniform between 10 and 20 minutes, no schedule: from five gaps on, after each burst
     the pool holds what the claims between bursts need (at a tenth of the allowance) until the
     shortest gap, less the gaps' spread over their count, nears its end; as each later burst
-    comes it holds at least a burst's claims. Before, it held the bursts' size all the time."""
+    comes it holds at least a burst's claims. Before, without a schedule, no pass sized for the
+    claims between bursts."""
     for seed in range(1, 4):
         rng = random.Random(seed)
         starts = [600.0]
@@ -242,11 +243,11 @@ def test_a_static_pool_serves_cold_the_claims_beyond_its_free_slots() -> None:
 
 def test_bursts_at_random_gaps_are_remembered_beyond_the_occupancy_window() -> None:
     """Bursts of 40 claims 400 to 1400 s apart (no schedule), every third of 110: the
-    occupancy's half hour forgot a large burst, and the pool was about 70 as the next one came
-    (62 to 72; 40 claims cold each). The bursts of the long horizon are remembered, counted as
-    a static pool would have served them: as each later large burst comes the pool holds more
-    than its claims (126 to 136), and on average less than before (108 to 119, against 121 to
-    128: the occupancy held each burst's size for half an hour after it)."""
+    occupancy's half hour forgot a large burst, and the pool was 62 to 72 as the next one came.
+    The bursts of the long horizon are remembered, counted as a static pool would have served
+    them: as each later large burst comes the pool holds more than its claims (126 to 136), and
+    on average less than before (108 to 119, against 121 to 128: the occupancy held each burst's
+    size for half an hour after it)."""
     for seed in range(1, 5):
         rng = random.Random(seed)
         starts = [600.0]
