@@ -569,16 +569,23 @@ def _lengths(results: Path, stems: tuple[str, ...]) -> str:
             for latency in sorted({e["latency"] for e in entries}):
                 mine = [e for e in entries if shape(e) == size and e["latency"] == latency]
                 hours = sorted({e["duration_s"] / 3600 for e in mine})
-                ratios = [e["idle_ratio"] for e in mine]
-                met = sum(1 for e in mine if e["goal"]["met"])
-                warm = sum(1 for e in mine if e["goal"]["warm_ok"])
+                met, warm, median, top = _pooled(mine)
                 lines.append(
                     f"| {' / '.join(f'{h:g}' for h in hours)} h | groups of {size} | {latency} "
                     f"| {len({e['scenario'] for e in mine})} | {len(mine)} "
                     f"| {met} ({met / len(mine):.0%}) | {warm} "
-                    f"| {statistics.median(ratios):.2f} / {max(ratios):.2f} |"
+                    f"| {median:.2f} / {top:.2f} |"
                 )
     return "\n".join(lines)
+
+
+def _pooled(draws: list[dict[str, Any]]) -> tuple[int, int, float, float]:
+    """Of judged draws: how many meet the goal, how many reach the warm share needed, and the
+    median and largest autoscaler idle time over the hindsight static pool's."""
+    ratios = [e["idle_ratio"] for e in draws]
+    met = sum(1 for e in draws if e["goal"]["met"])
+    warm = sum(1 for e in draws if e["goal"]["warm_ok"])
+    return met, warm, statistics.median(ratios), max(ratios)
 
 
 #: round 17's tuning evidence: draws of the tuning set's irregular-burst processes, the design
@@ -611,16 +618,14 @@ def autoscale_irregular(results: Path) -> str:
     ]
     for r in studies:
         mine = [e for e in r["results"] if e["goal"]["met"] is not None]
-        ratios = [e["idle_ratio"] for e in mine]
-        met = sum(1 for e in mine if e["goal"]["met"])
-        warm = sum(1 for e in mine if e["goal"]["warm_ok"])
+        met, warm, median, top = _pooled(mine)
         idle = sum(1 for e in mine if e["idle_ratio"] <= 1.0 + 1e-12)
         best = [s["best_fixed_met"] for s in r["summaries"]]
         fixed = "not searched" if None in best else f"{sum(best)} ({sum(best) / len(mine):.0%})"
         lines.append(
             f"| `{r['commit'][:7]}` | {len({e['scenario'] for e in mine})} | {len(mine)} "
             f"| {met} ({met / len(mine):.0%}) | {warm} | {idle} "
-            f"| {statistics.median(ratios):.2f} / {max(ratios):.2f} | {fixed} |"
+            f"| {median:.2f} / {top:.2f} | {fixed} |"
         )
     return "\n".join(lines)
 
