@@ -11,6 +11,7 @@ from typing import TypeGuard
 
 from agentsandbox.controllers.autoscaler.cycle import RISES_KEPT, Bursts, Rise
 from agentsandbox.controllers.autoscaler.policy import Policy
+from agentsandbox.controllers.autoscaler.quiet import Silence
 from agentsandbox.controllers.autoscaler.window import ArrivalBins, LongWindow
 
 
@@ -48,6 +49,7 @@ class Memory:
     panic_settled: bool = False  # the panic's rise is over (until the next rise)
     refill_until: float | None = None  # a kept refill time is used until then (restore)
     bursts: Bursts = field(default_factory=Bursts)  # the panics' rises and their schedule
+    quiet: Silence = field(default_factory=Silence)  # the latest claim, for a silence
 
     def restore(
         self,

@@ -58,6 +58,9 @@ and from the refill p99 (plus ``cycle_lead`` and the schedule's spread) before t
 the size without a schedule, at least the static pool that served the bursts' own claims. Not
 while the realised cold share misses the allowance; a burst off the schedule breaks it.
 
+**A silence** (:mod:`quiet`): no claim for the scale-down window or more where the long rate
+would have brought many holds the size of ``quiet_scale`` times that rate, for ``quiet_hold``.
+
 **State that survives a restart** is the window itself (:class:`ArrivalBins`, at most
 ``rate_window / bin_width`` bins): the caller writes it to the autoscaler's status and gives it
 back after a restart (:meth:`Memory.restore`); the first pass after a restart also holds the
@@ -75,7 +78,6 @@ of the model: docs/design/autoscaler.md, "Limits of the model".
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from agentsandbox.controllers.autoscaler.behavior import (
     DEFAULT_SCALE_DOWN,
@@ -89,15 +91,14 @@ from agentsandbox.controllers.autoscaler.behavior import (
     Rules,
     limit,
 )
+from agentsandbox.controllers.autoscaler.breaker import guard
 from agentsandbox.controllers.autoscaler.decision import (
     REASON_AT_MAXIMUM,
     REASON_AT_MINIMUM,
     REASON_BOOTSTRAP,
     REASON_HOLDING,
-    REASON_MEMBERS_NEVER_READY,
     REASON_NO_DATA,
     REASON_PANICKING,
-    REASON_POOL_NOT_READY,
     REASON_RATE_LIMITED,
     REASON_SCALED_DOWN,
     REASON_SCALED_UP,
@@ -145,49 +146,7 @@ def decide(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     served cold whatever the size); scale-down is unchanged. It holds, even while the pool
     replaces its stuck members, until the pool progresses and a member becomes Ready after
     the trip (or no member has been left not Ready for a whole limit)."""
-    sized = _size(obs, policy, memory)
-    limit = breaker_limit(policy, memory)
-    age = obs.oldest_not_ready_age
-    old = age is not None and age > limit
-    # a slow but healthy pool has members turning Ready all the time; a broken one has none
-    idle = obs.last_ready_age is None or obs.last_ready_age > limit
-    if memory.breaker_since is not None and obs.pool_progressing:
-        ready_since_trip = (
-            obs.last_ready_age is not None and obs.now - obs.last_ready_age >= memory.breaker_since
-        )
-        # no member left not Ready: a stuck one deleted before its replacement is made looks
-        # the same for a moment, so it counts once it has lasted a whole limit
-        if age is not None:
-            memory.breaker_clear_since = None
-        elif memory.breaker_clear_since is None:
-            memory.breaker_clear_since = obs.now
-        clear = memory.breaker_clear_since
-        if ready_since_trip or (clear is not None and obs.now - clear >= limit):
-            memory.breaker_since = memory.breaker_clear_since = None
-    if memory.breaker_since is None:
-        if obs.pool_progressing and not (old and idle):
-            return sized
-        memory.breaker_since = obs.now
-    frozen = max(obs.current_replicas, policy.min_replicas)
-    replicas = min(sized.replicas, frozen)
-    if not obs.pool_progressing:
-        reason = REASON_POOL_NOT_READY
-        why = "the pool reports it cannot progress" + (
-            f" ({obs.pool_condition})" if obs.pool_condition else ""
-        )
-    else:
-        reason = REASON_MEMBERS_NEVER_READY
-        why = (
-            f"a pool member is still not Ready {age:.0f}s after its create (limit {limit:.0f}s)"
-            if old and age is not None
-            else "no pool member has become Ready since the breaker tripped "
-            f"{obs.now - memory.breaker_since:.0f}s ago"
-        )
-    message = (
-        f"{why}: scale-up frozen at {frozen} replicas (sizing wanted {sized.replicas}: "
-        f"{sized.message}); resumes when a member becomes Ready"
-    )
-    return replace(sized, replicas=replicas, reason=reason, message=message, stalled=True)
+    return guard(_size(obs, policy, memory), obs, policy, memory)
 
 
 def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
@@ -434,6 +393,10 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         if not occupied or recent > occupied:
             load = max(load, min(panic_rate * refill, float(recent)))
     need = max(hayward_servers(load, z, target, hi), floor)
+    # a silence (quiet.py): the size of the long rate before it, at a tighter share
+    held = memory.quiet.hold(bins, obs.arrivals, now, memory.long, refill, z, policy, hi)
+    if held:
+        need = calm = max(need, calm, held)
     rec = min(max(need, lo), hi)
 
     # the realised warm share: stretch the scale-down window while it misses the allowance
@@ -523,6 +486,8 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         parts.append(f"realised warm share {realised:.2%} over the window")
     if memory.hold > 1.0 + 1e-6:
         parts.append(f"scale-down window stretched to {window:.0f}s")
+    if held:
+        parts.append(memory.quiet.describe(now, held))
     schedule = memory.bursts.describe(between, now)
     if schedule is not None:
         parts.append(schedule)

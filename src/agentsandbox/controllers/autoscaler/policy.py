@@ -55,6 +55,13 @@ class Policy:
     memory_rises: int = 2
     gap_rises: int = 5
     gap_quiet_share: float = 0.1  # of the allowance, for the claims between bursts at random gaps
+    # a silence (quiet.py): no claim for scale_down_window seconds or more, where the long rate
+    # would have brought many: the size of quiet_scale times that rate is held, at quiet_share
+    # of the allowance, for at most quiet_hold seconds after the last claim (the load's return
+    # after a pause comes as a rush)
+    quiet_scale: float = 1.75
+    quiet_share: float = 0.3
+    quiet_hold: float = 14400.0
     # added to the measured create -> Ready time: the work queue's coalescing and the create call
     # before the create is timed (the slot is busy from the adoption, not from the create)
     refill_overhead: float = 0.05

@@ -129,6 +129,10 @@ class ArrivalBins:
             del self.largest[:drop]
             del self.occupancy[:drop]
             self.first += drop
+            if not self.claims:
+                # a window without a claim still covers its time: the next claim's bin is
+                # padded from here, so that a rate over the window counts the empty seconds
+                self._slot(keep)
 
     def total(self, since: float) -> tuple[int, int, int, float]:
         """(claims, sum of squares, largest group, the start of the first bin counted) of the

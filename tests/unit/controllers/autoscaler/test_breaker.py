@@ -5,9 +5,11 @@ decision says why, and a member becoming Ready again resets it."""
 
 from __future__ import annotations
 
-from agentsandbox.controllers.autoscaler.plan import (
+from agentsandbox.controllers.autoscaler.decision import (
     REASON_MEMBERS_NEVER_READY,
     REASON_POOL_NOT_READY,
+)
+from agentsandbox.controllers.autoscaler.plan import (
     Memory,
     Observation,
     Policy,
