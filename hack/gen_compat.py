@@ -219,6 +219,7 @@ REASON_MODULES: dict[str, str] = {
     "agentsandbox.controllers.warmpool.plan": "SandboxWarmPool",
     "agentsandbox.controllers.template.plan": "SandboxTemplate",
     "agentsandbox.controllers.autoscaler.plan": "SandboxWarmPoolAutoscaler",
+    "agentsandbox.controllers.autoscaler.breaker": "SandboxWarmPoolAutoscaler",
     "agentsandbox.controllers.autoscaler.rules": "SandboxWarmPoolAutoscaler",
 }
 #: api.conditions holds one claim reason among the Sandbox ones.
