@@ -672,6 +672,60 @@ def autoscale_tuning_check(results: Path) -> str:
     return "\n".join(lines)
 
 
+#: round 18's tuning evidence: the tuning set's quiet-then-burst rows, the design before the
+#: round's tuning commit, then at it (bench/autoscale/evaluate.py)
+QUIET_STUDIES = ("autoscale-quiet-before", "autoscale-quiet")
+
+
+def autoscale_quiet(results: Path) -> str:
+    """Per quiet-then-burst row and refill: the warm share, the idle time over the hindsight
+    static pool's and the verdict, before the round's tuning commit and at it."""
+    studies = [r for stem in QUIET_STUDIES if (r := load(results, stem)) is not None]
+    if len(studies) < len(QUIET_STUDIES):
+        return not_measured(
+            QUIET_STUDIES[-1],
+            "python bench/autoscale/evaluate.py --set tuning --only '*quiet-then-burst' "
+            "--out build/quiet",
+        )
+    before, after = ({(e["scenario"], e["latency"]): e for e in r["results"]} for r in studies)
+    lines = [
+        f"- `{r['command']}` (commit `{r['commit'][:7]}`, {r['machine']['cpus']} CPUs, "
+        f"{r['elapsed_s'] / 60:.0f} min with {r['jobs']} jobs)"
+        for r in studies
+    ]
+    b, a = (f"`{r['commit'][:7]}`" for r in studies)
+    lines += [
+        "",
+        f"| scenario | refill | warm {b} | idle ÷ static {b} | {b} | warm {a} "
+        f"| idle ÷ static {a} | {a} |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key, e in after.items():
+        o = before[key]
+        cells = [
+            f"{_pct(x['autoscaled']['warm_share'])} | {x['idle_ratio']:.2f} "
+            f"| {_met(x['goal']['met'])}"
+            for x in (o, e)
+        ]
+        lines.append(f"| {key[0]} | {key[1]} | {cells[0]} | {cells[1]} |")
+    lines += [
+        "",
+        "| commit | refill | rows | at the warm share needed | idle ÷ static (median / max) "
+        "| met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in studies:
+        runs = [e for e in r["results"] if e["goal"]["met"] is not None]
+        for refill in sorted({e["latency"] for e in runs}):
+            mine = [e for e in runs if e["latency"] == refill]
+            met, warm, median, top = _pooled(mine)
+            lines.append(
+                f"| `{r['commit'][:7]}` | {refill} | {len(mine)} | {warm} "
+                f"| {median:.2f} / {top:.2f} | {met} |"
+            )
+    return "\n".join(lines)
+
+
 #: the quiet-then-burst families of the evaluation and the tuning set (bench/autoscale/family.py)
 FAMILY_STUDIES = ("autoscale-family", "autoscale-family-tuning")
 
@@ -768,6 +822,7 @@ BLOCKS: dict[str, Block] = {
     "autoscale-tuning-check": Block(
         "autoscaling.md", autoscale_tuning_check, ("autoscale-tuning", *TUNING_CHECKS)
     ),
+    "autoscale-quiet": Block("autoscaling.md", autoscale_quiet, QUIET_STUDIES),
 }
 
 
