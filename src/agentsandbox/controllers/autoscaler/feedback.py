@@ -74,10 +74,23 @@ def stretch_hold(
 
 
 def steer_allowance(
-    served_total: tuple[int, int], policy: Policy, memory: Steered, dt: float, counted: bool
+    served_total: tuple[int, int],
+    policy: Policy,
+    memory: Steered,
+    dt: float,
+    counted: bool,
+    rate: float = math.inf,
+    refill: float = 0.0,
 ) -> None:
     """Update ``memory.allowance_scale`` from the served totals (warm, cold) since the claim
-    controller started; the claims since the last call count only if ``counted``."""
+    controller started; the claims since the last call count only if ``counted``.
+
+    ``rate`` (the claims' long rate, claims/s) and ``refill`` (seconds) tell a **sparse load**:
+    the allowance expects at most ``feedback_sigmas`` squared cold claims over
+    ``feedback_horizon`` (4 at 99 %: under 0.11 claims/s), so no miss of it can be significant,
+    and its load is a sandbox or more, so the aim decides the size. On such a load a miss
+    tightens as a surplus relaxes, on the plain integral: with the significance test alone it
+    only ever relaxed, to ``feedback_max``, and aimed under the target."""
     allowance = 1.0 - policy.target_warm_share
     warm_total, cold_total = served_total
     last_warm, last_cold = memory.served_last or (0, 0)
@@ -97,10 +110,19 @@ def steer_allowance(
     )
     step = min(1.0, dt / policy.feedback_integral)
     error = min(max(math.log(allowance / measured), -1.0), 1.0)
-    if error < 0 and not significantly_above(
-        memory.served_cold,
-        allowance * (memory.served_warm + memory.served_cold),
-        sigmas=policy.feedback_sigmas,
+    # a sparse load (see above): a miss tightens without the significance test
+    sparse = (
+        allowance * rate * policy.feedback_horizon <= policy.feedback_sigmas**2
+        and rate * refill >= 1.0
+    )
+    if (
+        error < 0
+        and not sparse
+        and not significantly_above(
+            memory.served_cold,
+            allowance * (memory.served_warm + memory.served_cold),
+            sigmas=policy.feedback_sigmas,
+        )
     ):
         error = 0.0  # a miss chance alone explains: hold, neither tighten nor relax
     memory.allowance_scale *= math.exp(step * error)

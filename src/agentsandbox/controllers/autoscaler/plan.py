@@ -304,7 +304,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         # while the first members are made, say nothing of the sizing); a change of rate's cold
         # claims included: they are made up for by the claims after it
         counted = now - memory.first_seen >= policy.stable_window
-        steer_allowance(obs.served_total, policy, memory, dt, counted)
+        steer_allowance(obs.served_total, policy, memory, dt, counted, memory.long.rate(), refill)
     steered = min(allowance * memory.allowance_scale, 0.5)
     target = 1.0 - steered
 
