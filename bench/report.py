@@ -547,12 +547,7 @@ def _lengths(results: Path, stems: tuple[str, ...]) -> str:
             "python bench/autoscale/realisations.py --set tuning --only 'r*-grouped-*' "
             "--judge-only --hours H --out build/rz",
         )
-    lines = []
-    for r in studies:
-        lines.append(
-            f"- `{r['command']}` (commit `{r['commit'][:7]}`, {r['machine']['cpus']} CPUs, "
-            f"{r['elapsed_s'] / 60:.0f} min with {r['jobs']} jobs; seeds from {r['seed_base']})"
-        )
+    lines = [_ran(r) for r in studies]
     lines += [
         "",
         "| trace length | shape | refill | processes | draws | autoscaler meets the goal | "
@@ -577,6 +572,16 @@ def _lengths(results: Path, stems: tuple[str, ...]) -> str:
                     f"| {median:.2f} / {top:.2f} |"
                 )
     return "\n".join(lines)
+
+
+def _ran(r: dict[str, Any]) -> str:
+    """A study's provenance line: its command, commit, CPUs, time and jobs (and seeds, for
+    draws)."""
+    seeds = f"; seeds from {r['seed_base']}" if "seed_base" in r else ""
+    return (
+        f"- `{r['command']}` (commit `{r['commit'][:7]}`, {r['machine']['cpus']} CPUs, "
+        f"{r['elapsed_s'] / 60:.0f} min with {r['jobs']} jobs{seeds})"
+    )
 
 
 def _pooled(draws: list[dict[str, Any]]) -> tuple[int, int, float, float]:
@@ -604,11 +609,7 @@ def autoscale_irregular(results: Path) -> str:
             "python bench/autoscale/realisations.py --set tuning --only '*bursts-irregular' "
             "--latency lognormal --out build/rz",
         )
-    lines = [
-        f"- `{r['command']}` (commit `{r['commit'][:7]}`, {r['machine']['cpus']} CPUs, "
-        f"{r['elapsed_s'] / 60:.0f} min with {r['jobs']} jobs; seeds from {r['seed_base']})"
-        for r in studies
-    ]
+    lines = [_ran(r) for r in studies]
     lines += [
         "",
         "| commit | processes | draws | autoscaler meets the goal | reaches the warm share "
@@ -688,11 +689,7 @@ def autoscale_quiet(results: Path) -> str:
             "--out build/quiet",
         )
     before, after = ({(e["scenario"], e["latency"]): e for e in r["results"]} for r in studies)
-    lines = [
-        f"- `{r['command']}` (commit `{r['commit'][:7]}`, {r['machine']['cpus']} CPUs, "
-        f"{r['elapsed_s'] / 60:.0f} min with {r['jobs']} jobs)"
-        for r in studies
-    ]
+    lines = [_ran(r) for r in studies]
     b, a = (f"`{r['commit'][:7]}`" for r in studies)
     lines += [
         "",
@@ -722,6 +719,42 @@ def autoscale_quiet(results: Path) -> str:
             lines.append(
                 f"| `{r['commit'][:7]}` | {refill} | {len(mine)} | {warm} "
                 f"| {median:.2f} / {top:.2f} | {met} |"
+            )
+    return "\n".join(lines)
+
+
+#: round 19's tuning evidence: draws of the tuning set's minReplicas 0 processes, the design
+#: before the round's tuning commit, then at it (bench/autoscale/realisations.py)
+SPARSE_STUDIES = ("autoscale-sparse-before", "autoscale-sparse")
+
+
+def autoscale_sparse(results: Path) -> str:
+    """Per study (one design) and refill, the draws of every sparse process pooled: how many
+    meet the goal, reach the warm share needed and hold no more idle time than allowed."""
+    studies = [r for stem in SPARSE_STUDIES if (r := load(results, stem)) is not None]
+    if len(studies) < len(SPARSE_STUDIES):
+        return not_measured(
+            SPARSE_STUDIES[-1],
+            "python bench/autoscale/realisations.py --set tuning --only '*sparse-min-*' "
+            "--judge-only --out build/rz",
+        )
+    lines = [_ran(r) for r in studies]
+    lines += [
+        "",
+        "| commit | refill | processes | draws | autoscaler meets the goal | reaches the warm "
+        "share needed | idle within the allowance | autoscaler idle ÷ static (median / max) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in studies:
+        runs = [e for e in r["results"] if e["goal"]["met"] is not None]
+        for refill in sorted({e["latency"] for e in runs}):
+            mine = [e for e in runs if e["latency"] == refill]
+            met, warm, median, top = _pooled(mine)
+            idle = sum(1 for e in mine if e["goal"]["idle_ok"])
+            lines.append(
+                f"| `{r['commit'][:7]}` | {refill} | {len({e['scenario'] for e in mine})} "
+                f"| {len(mine)} | {met} ({met / len(mine):.0%}) | {warm} | {idle} "
+                f"| {median:.2f} / {top:.2f} |"
             )
     return "\n".join(lines)
 
@@ -823,6 +856,7 @@ BLOCKS: dict[str, Block] = {
         "autoscaling.md", autoscale_tuning_check, ("autoscale-tuning", *TUNING_CHECKS)
     ),
     "autoscale-quiet": Block("autoscaling.md", autoscale_quiet, QUIET_STUDIES),
+    "autoscale-sparse": Block("autoscaling.md", autoscale_sparse, SPARSE_STUDIES),
 }
 
 
