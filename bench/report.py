@@ -540,8 +540,8 @@ def _lengths(results: Path, stems: tuple[str, ...]) -> str:
     """Per trace length and shape (the scenario name's last part), the autoscaler's draws met
     over every process of that shape, with the warm share needed, and its idle time over the
     hindsight static pool's."""
-    studies = [r for stem in stems if (r := load(results, stem)) is not None]
-    if len(studies) < len(stems):
+    studies = _every(results, stems)
+    if studies is None:
         return not_measured(
             stems[-1],
             "python bench/autoscale/realisations.py --set tuning --only 'r*-grouped-*' "
@@ -559,7 +559,7 @@ def _lengths(results: Path, stems: tuple[str, ...]) -> str:
         return str(e["scenario"]).rsplit("-", 1)[-1]  # grouped-8 -> 8
 
     for r in studies:
-        entries = [e for e in r["results"] if e["goal"]["met"] is not None]
+        entries = _judged(r)
         for size in sorted({shape(e) for e in entries}, key=int):
             for latency in sorted({e["latency"] for e in entries}):
                 mine = [e for e in entries if shape(e) == size and e["latency"] == latency]
@@ -572,6 +572,17 @@ def _lengths(results: Path, stems: tuple[str, ...]) -> str:
                     f"| {median:.2f} / {top:.2f} |"
                 )
     return "\n".join(lines)
+
+
+def _every(results: Path, stems: tuple[str, ...]) -> list[dict[str, Any]] | None:
+    """The studies of ``stems``, all of them, or None when one is not committed."""
+    studies = [r for stem in stems if (r := load(results, stem)) is not None]
+    return studies if len(studies) == len(stems) else None
+
+
+def _judged(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """A study's runs with a verdict (``goal.met`` is not None)."""
+    return [e for e in r["results"] if e["goal"]["met"] is not None]
 
 
 def _ran(r: dict[str, Any]) -> str:
@@ -602,8 +613,8 @@ def autoscale_irregular(results: Path) -> str:
     """Per study (one design), the draws of every irregular-burst process pooled: how many meet
     the goal, reach the warm share needed and hold no more idle time than the hindsight static
     pool; and, where searched, how many the best fixed size of each process meets."""
-    studies = [r for stem in IRREGULAR_STUDIES if (r := load(results, stem)) is not None]
-    if len(studies) < len(IRREGULAR_STUDIES):
+    studies = _every(results, IRREGULAR_STUDIES)
+    if studies is None:
         return not_measured(
             IRREGULAR_STUDIES[-1],
             "python bench/autoscale/realisations.py --set tuning --only '*bursts-irregular' "
@@ -618,7 +629,7 @@ def autoscale_irregular(results: Path) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in studies:
-        mine = [e for e in r["results"] if e["goal"]["met"] is not None]
+        mine = _judged(r)
         met, warm, median, top = _pooled(mine)
         idle = sum(1 for e in mine if e["idle_ratio"] <= 1.0 + 1e-12)
         best = [s["best_fixed_met"] for s in r["summaries"]]
@@ -654,7 +665,7 @@ def autoscale_tuning_check(results: Path) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in checks:
-        runs = [e for e in r["results"] if e["goal"]["met"] is not None]
+        runs = _judged(r)
         pairs = [(e, before[(e["scenario"], e["latency"])]) for e in runs]
         idle = [
             (e["autoscaled"]["idle_sandbox_seconds"], o["autoscaled"]["idle_sandbox_seconds"])
@@ -681,8 +692,8 @@ QUIET_STUDIES = ("autoscale-quiet-before", "autoscale-quiet")
 def autoscale_quiet(results: Path) -> str:
     """Per quiet-then-burst row and refill: the warm share, the idle time over the hindsight
     static pool's and the verdict, before the round's tuning commit and at it."""
-    studies = [r for stem in QUIET_STUDIES if (r := load(results, stem)) is not None]
-    if len(studies) < len(QUIET_STUDIES):
+    studies = _every(results, QUIET_STUDIES)
+    if studies is None:
         return not_measured(
             QUIET_STUDIES[-1],
             "python bench/autoscale/evaluate.py --set tuning --only '*quiet-then-burst' "
@@ -712,7 +723,7 @@ def autoscale_quiet(results: Path) -> str:
         "|---|---|---|---|---|---|",
     ]
     for r in studies:
-        runs = [e for e in r["results"] if e["goal"]["met"] is not None]
+        runs = _judged(r)
         for refill in sorted({e["latency"] for e in runs}):
             mine = [e for e in runs if e["latency"] == refill]
             met, warm, median, top = _pooled(mine)
@@ -731,8 +742,8 @@ SPARSE_STUDIES = ("autoscale-sparse-before", "autoscale-sparse")
 def autoscale_sparse(results: Path) -> str:
     """Per study (one design) and refill, the draws of every sparse process pooled: how many
     meet the goal, reach the warm share needed and hold no more idle time than allowed."""
-    studies = [r for stem in SPARSE_STUDIES if (r := load(results, stem)) is not None]
-    if len(studies) < len(SPARSE_STUDIES):
+    studies = _every(results, SPARSE_STUDIES)
+    if studies is None:
         return not_measured(
             SPARSE_STUDIES[-1],
             "python bench/autoscale/realisations.py --set tuning --only '*sparse-min-*' "
@@ -746,7 +757,7 @@ def autoscale_sparse(results: Path) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in studies:
-        runs = [e for e in r["results"] if e["goal"]["met"] is not None]
+        runs = _judged(r)
         for refill in sorted({e["latency"] for e in runs}):
             mine = [e for e in runs if e["latency"] == refill]
             met, warm, median, top = _pooled(mine)
@@ -767,8 +778,8 @@ def autoscale_family(results: Path) -> str:
     """Per quiet-then-burst scenario: the members its pool must hold when the burst comes, and the
     least idle time that costs on the trace without the burst, against that trace's smallest
     static pool."""
-    studies = [r for stem in FAMILY_STUDIES if (r := load(results, stem)) is not None]
-    if len(studies) < len(FAMILY_STUDIES):
+    studies = _every(results, FAMILY_STUDIES)
+    if studies is None:
         return not_measured(
             FAMILY_STUDIES[0], "python bench/autoscale/family.py --out build/family"
         )
