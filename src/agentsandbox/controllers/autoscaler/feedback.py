@@ -90,7 +90,10 @@ def steer_allowance(
     ``feedback_horizon`` (4 at 99 %: under 0.11 claims/s), so no miss of it can be significant,
     and its load is a sandbox or more, so the aim decides the size. On such a load a miss
     tightens as a surplus relaxes, on the plain integral: with the significance test alone it
-    only ever relaxed, to ``feedback_max``, and aimed under the target."""
+    only ever relaxed, to ``feedback_max``, and aimed under the target. And each step is scaled
+    by the cold claims the horizon expects over ``feedback_sigmas`` squared (a quarter at 1 %
+    of 100 claims an hour): at the full step, each cold claim, or an hour without one, swung
+    the allowance by a factor of two or more, and the size by a sandbox with it."""
     allowance = 1.0 - policy.target_warm_share
     warm_total, cold_total = served_total
     last_warm, last_cold = memory.served_last or (0, 0)
@@ -110,11 +113,12 @@ def steer_allowance(
     )
     step = min(1.0, dt / policy.feedback_integral)
     error = min(max(math.log(allowance / measured), -1.0), 1.0)
-    # a sparse load (see above): a miss tightens without the significance test
-    sparse = (
-        allowance * rate * policy.feedback_horizon <= policy.feedback_sigmas**2
-        and rate * refill >= 1.0
-    )
+    # a sparse load (see above): a miss tightens without the significance test, and each step
+    # weighs what the horizon can tell, its expected cold claims over feedback_sigmas squared
+    expected = allowance * rate * policy.feedback_horizon
+    sparse = expected <= policy.feedback_sigmas**2 and rate * refill >= 1.0
+    if sparse:
+        step *= expected / policy.feedback_sigmas**2
     if (
         error < 0
         and not sparse

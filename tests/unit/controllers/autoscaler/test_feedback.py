@@ -55,13 +55,27 @@ def test_on_a_sparse_load_a_miss_tightens_a_relaxed_allowance() -> None:
     aim), the pool settled one under the static pool, and its cold claims, 2 % of them, never
     tightened it back, since at 1 % of 80 claims no miss is significant: the row was missed at
     98.28 % warm. On such a load a miss now tightens on the plain integral. A denser load, or a
-    load under one sandbox (the local refill), keeps the significance test."""
-    assert run(0.02, 2, start=POLICY.feedback_max, rate=0.0225) < 0.8 * POLICY.feedback_max
-    assert run(0.0, 3, rate=0.0225) == pytest.approx(POLICY.feedback_max)  # still relaxes
+    load under one sandbox (the local refill), keeps the significance test. (Four hours: each
+    step on such a load is weighed, below.)"""
+    assert run(0.02, 4, start=POLICY.feedback_max, rate=0.0225) < 0.8 * POLICY.feedback_max
+    assert run(0.0, 4, rate=0.0225) == pytest.approx(POLICY.feedback_max)  # still relaxes
     kept = run(0.02, 2, start=POLICY.feedback_max, rate=0.0225, refill=0.2)
     assert kept == pytest.approx(POLICY.feedback_max)
     assert run(0.02, 2, start=POLICY.feedback_max, rate=0.5) < POLICY.feedback_max  # significant
     assert run(0.012, 2, start=POLICY.feedback_max, rate=0.5) == pytest.approx(POLICY.feedback_max)
+
+
+def test_on_a_sparse_load_each_step_weighs_what_the_horizon_can_tell() -> None:
+    """At 0.0225 claims/s (about 80 an hour) with the 90 s refill the horizon expects under one
+    cold claim at 1 %. An hour without one relaxed the allowance to twice the spec's, and the
+    next cold claim tightened it to half: the size swung by a sandbox around the static pool's,
+    over its idle time on most of the tuning set's minReplicas-0 draws. Each step now weighs the
+    cold claims the horizon expects over feedback_sigmas squared: the same hour moves it by a
+    quarter, and hours still reach feedback_max. A dense load is stepped in full."""
+    hour = run(0.0, 1, rate=0.0225)
+    assert 1.0 < hour < 1.5
+    assert run(0.0, 12, rate=0.0225) == pytest.approx(POLICY.feedback_max)
+    assert run(0.0, 1, rate=0.5) == pytest.approx(POLICY.feedback_max)
 
 
 def test_a_cold_share_at_the_allowance_leaves_it_as_it_is() -> None:
