@@ -737,37 +737,52 @@ def autoscale_quiet(results: Path) -> str:
 #: round 19's tuning evidence: draws of the tuning set's minReplicas 0 processes, the design
 #: before the round's tuning commit, then at it (bench/autoscale/realisations.py)
 SPARSE_STUDIES = ("autoscale-sparse-before", "autoscale-sparse")
+#: round 20's: the same processes' draws of their own length, then drawn 12 hours long (the
+#: design before the round's tuning commit, then at it, for each)
+SPARSE_STEP_STUDIES = (
+    "autoscale-sparse-weighed-before",
+    "autoscale-sparse-weighed",
+    "autoscale-sparse-weighed-long-before",
+    "autoscale-sparse-weighed-long",
+)
 
 
-def autoscale_sparse(results: Path) -> str:
+def autoscale_sparse(names: tuple[str, ...]) -> Callable[[Path], str]:
     """Per study (one design) and refill, the draws of every sparse process pooled: how many
     meet the goal, reach the warm share needed and hold no more idle time than allowed."""
-    studies = _every(results, SPARSE_STUDIES)
-    if studies is None:
-        return not_measured(
-            SPARSE_STUDIES[-1],
-            "python bench/autoscale/realisations.py --set tuning --only '*sparse-min-*' "
-            "--judge-only --out build/rz",
-        )
-    lines = [_ran(r) for r in studies]
-    lines += [
-        "",
-        "| commit | refill | processes | draws | autoscaler meets the goal | reaches the warm "
-        "share needed | idle within the allowance | autoscaler idle ÷ static (median / max) |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in studies:
-        runs = _judged(r)
-        for refill in sorted({e["latency"] for e in runs}):
-            mine = [e for e in runs if e["latency"] == refill]
-            met, warm, median, top = _pooled(mine)
-            idle = sum(1 for e in mine if e["goal"]["idle_ok"])
-            lines.append(
-                f"| `{r['commit'][:7]}` | {refill} | {len({e['scenario'] for e in mine})} "
-                f"| {len(mine)} | {met} ({met / len(mine):.0%}) | {warm} | {idle} "
-                f"| {median:.2f} / {top:.2f} |"
+
+    def block(results: Path) -> str:
+        studies = _every(results, names)
+        if studies is None:
+            return not_measured(
+                names[-1],
+                "python bench/autoscale/realisations.py --set tuning --only '*sparse-min-*' "
+                "--judge-only --out build/rz",
             )
-    return "\n".join(lines)
+        lines = [_ran(r) for r in studies]
+        lines += [
+            "",
+            "| commit | hours | refill | processes | draws | autoscaler meets the goal "
+            "| reaches the warm share needed | idle within the allowance "
+            "| autoscaler idle ÷ static (median / max) |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in studies:
+            runs = _judged(r)
+            hours = "trace's" if r.get("hours") is None else f"{r['hours']:g}"
+            for refill in sorted({e["latency"] for e in runs}):
+                mine = [e for e in runs if e["latency"] == refill]
+                met, warm, median, top = _pooled(mine)
+                idle = sum(1 for e in mine if e["goal"]["idle_ok"])
+                lines.append(
+                    f"| `{r['commit'][:7]}` | {hours} | {refill} "
+                    f"| {len({e['scenario'] for e in mine})} "
+                    f"| {len(mine)} | {met} ({met / len(mine):.0%}) | {warm} | {idle} "
+                    f"| {median:.2f} / {top:.2f} |"
+                )
+        return "\n".join(lines)
+
+    return block
 
 
 #: the quiet-then-burst families of the evaluation and the tuning set (bench/autoscale/family.py)
@@ -867,7 +882,10 @@ BLOCKS: dict[str, Block] = {
         "autoscaling.md", autoscale_tuning_check, ("autoscale-tuning", *TUNING_CHECKS)
     ),
     "autoscale-quiet": Block("autoscaling.md", autoscale_quiet, QUIET_STUDIES),
-    "autoscale-sparse": Block("autoscaling.md", autoscale_sparse, SPARSE_STUDIES),
+    "autoscale-sparse": Block("autoscaling.md", autoscale_sparse(SPARSE_STUDIES), SPARSE_STUDIES),
+    "autoscale-sparse-steps": Block(
+        "autoscaling.md", autoscale_sparse(SPARSE_STEP_STUDIES), SPARSE_STEP_STUDIES
+    ),
 }
 
 
