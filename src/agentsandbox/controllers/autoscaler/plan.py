@@ -130,7 +130,7 @@ from agentsandbox.controllers.autoscaler.window import (
     ArrivalBins,
     group_floor,
     occupancy_floor,
-    significantly_above,
+    significantly_above_groups,
     significantly_below,
     significantly_off,
 )
@@ -248,8 +248,8 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
     panic_rate = panic_claims / panic_span
     expected = rate * panic_span
     was_panicking = memory.panic_until is not None and now < memory.panic_until
-    if stable_span > panic_span and significantly_above(
-        panic_claims, expected, dispersion, policy.panic_sigmas
+    if stable_span > panic_span and significantly_above_groups(
+        panic_claims, expected, dispersion, largest, policy.panic_sigmas
     ):
         if not was_panicking or memory.panic_settled:
             memory.panic_peak, memory.panic_settled = 0.0, False

@@ -9,6 +9,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from agentsandbox.controllers.autoscaler.queueing import poisson_quantile
+
 #: claims expected in a window before a slow change (a drift, a trend) is tested for: with fewer,
 #: the counts are too small for the tests' normal approximation (a quiet spell looks like a drop)
 MIN_EVIDENCE = 20.0
@@ -378,6 +380,25 @@ def significantly_above(
     """``count`` claims where ``expected`` were due: a rise the noise of arrivals of that
     index of dispersion hardly explains (``sigmas`` standard deviations, and as many groups)."""
     return count > expected + sigmas * (math.sqrt(dispersion * expected) + dispersion)
+
+
+def significantly_above_groups(
+    count: float, expected: float, dispersion: float, largest: int, sigmas: float = 3.0
+) -> bool:
+    """:func:`significantly_above`, and beyond the tail of the load's largest groups as well.
+    The normal reading of a count of that dispersion holds while many groups are due; with
+    under one group of ``largest`` claims due, a few of them at once are far likelier than it
+    says (a clump of chance, no rise). Counted as groups of ``largest`` claims with the load's
+    variance (``expected * dispersion / largest**2`` of them due), the count must also exceed
+    what the Poisson quantile of that many groups at the normal tail of ``sigmas`` brings."""
+    if not significantly_above(count, expected, dispersion, sigmas):
+        return False
+    if largest <= 1 or dispersion <= 1.0:
+        return True
+    size = float(largest)
+    due = expected * dispersion / (size * size)
+    quantile = poisson_quantile(due, 1.0 - 0.5 * math.erfc(sigmas / math.sqrt(2.0)))
+    return count > expected - due * size + quantile * size
 
 
 def significantly_below(
