@@ -689,15 +689,28 @@ def autoscale_tuning_check(results: Path) -> str:
 QUIET_STUDIES = ("autoscale-quiet-before", "autoscale-quiet")
 
 
-def autoscale_quiet(results: Path) -> str:
-    """Per quiet-then-burst row and refill: the warm share, the idle time over the hindsight
+#: round 21's tuning evidence: the tuning set's grouped rows of 8, 16 and 32 claims with the
+#: 90 s refill, before the round's tuning commit, then at it (bench/autoscale/evaluate.py)
+PANIC_STUDIES = ("autoscale-panic-before", "autoscale-panic")
+
+
+def autoscale_rows(names: tuple[str, str], only: str) -> Callable[[Path], str]:
+    """Per row and refill of a study pair: the warm share, the idle time over the hindsight
     static pool's and the verdict, before the round's tuning commit and at it."""
-    studies = _every(results, QUIET_STUDIES)
+
+    def block(results: Path) -> str:
+        return _rows(results, names, only)
+
+    return block
+
+
+def _rows(results: Path, names: tuple[str, str], only: str) -> str:
+    studies = _every(results, names)
     if studies is None:
         return not_measured(
-            QUIET_STUDIES[-1],
-            "python bench/autoscale/evaluate.py --set tuning --only '*quiet-then-burst' "
-            "--out build/quiet",
+            names[-1],
+            f"python bench/autoscale/evaluate.py --set tuning --only <each {only} row> "
+            "--out build/rows",
         )
     before, after = ({(e["scenario"], e["latency"]): e for e in r["results"]} for r in studies)
     lines = [_ran(r) for r in studies]
@@ -881,7 +894,12 @@ BLOCKS: dict[str, Block] = {
     "autoscale-tuning-check": Block(
         "autoscaling.md", autoscale_tuning_check, ("autoscale-tuning", *TUNING_CHECKS)
     ),
-    "autoscale-quiet": Block("autoscaling.md", autoscale_quiet, QUIET_STUDIES),
+    "autoscale-quiet": Block(
+        "autoscaling.md", autoscale_rows(QUIET_STUDIES, "quiet-then-burst"), QUIET_STUDIES
+    ),
+    "autoscale-panic": Block(
+        "autoscaling.md", autoscale_rows(PANIC_STUDIES, "grouped"), PANIC_STUDIES
+    ),
     "autoscale-sparse": Block("autoscaling.md", autoscale_sparse(SPARSE_STUDIES), SPARSE_STUDIES),
     "autoscale-sparse-steps": Block(
         "autoscaling.md", autoscale_sparse(SPARSE_STEP_STUDIES), SPARSE_STEP_STUDIES
