@@ -12,6 +12,9 @@ comes back to it. Only a miss the noise of arrivals hardly explains tightens (``
 standard deviations above the allowance's count: one or two cold claims among a hundred are
 chance).
 
+A relaxation is not carried into a rise (:func:`forget_relaxation`): what the claims told of
+the model at the load before a rise says nothing of it at the load after.
+
 The same realised share, over the claim controller's window, stretches the scale-down window
 after a miss that followed a rise (:func:`stretch_hold`).
 """
@@ -71,6 +74,24 @@ def stretch_hold(
     if surprised and missing:
         memory.hold = min(policy.hold_max, max(memory.hold, 2.0 * memory.hold))
     return realised, missing
+
+
+def forget_relaxation(memory: Steered, load: float) -> None:
+    """A rise of the load (a panic's rise that outlasts the panic window, unlike a burst's, or
+    the drift test finds the claims of the last drift window significantly above the regime's
+    rate): an allowance relaxed above the spec's goes back to the spec's. The relaxation was
+    learnt at the load before (an hour served warmer than the target: often chance, or a
+    stabilisation window that held a falling load's size), and at the new load it only sizes
+    the pool under the target while the claims of the rise come cold. A tightening is kept:
+    it makes up for claims served cold before, and the rise's own cold claims tighten it
+    further.
+
+    Not on a load under one sandbox (``load``: the long rate times the refill time, as the
+    sparse test of :func:`steer_allowance` reads it): a refill shorter than the gap between
+    claims sends few of a rise's claims cold, and a sandbox more for the spec's aim is a large
+    share of a pool of a few."""
+    if load >= 1.0:
+        memory.allowance_scale = min(memory.allowance_scale, 1.0)
 
 
 def steer_allowance(

@@ -106,7 +106,11 @@ from agentsandbox.controllers.autoscaler.decision import (
     Decision,
     Observation,
 )
-from agentsandbox.controllers.autoscaler.feedback import steer_allowance, stretch_hold
+from agentsandbox.controllers.autoscaler.feedback import (
+    forget_relaxation,
+    steer_allowance,
+    stretch_hold,
+)
 from agentsandbox.controllers.autoscaler.memory import (
     ESTIMATE_BOUNDS,
     Memory,
@@ -254,6 +258,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         if not was_panicking or memory.panic_settled:
             memory.panic_peak, memory.panic_settled = 0.0, False
             memory.bursts.rose(now, policy)
+            memory.rise_began = now
         memory.panic_until = now + policy.panic_hold
         memory.last_panic = now
         memory.regime_start = now - panic_span
@@ -266,6 +271,8 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         drift_expected = rate * (now - dstart)
         if significantly_off(drift_claims, drift_expected, dispersion):
             memory.regime_start = dstart
+            if drift_claims > drift_expected:  # a slower rise: the same
+                forget_relaxation(memory, memory.long.rate() * refill)
     panicking = memory.panic_until is not None and now < memory.panic_until
     if not panicking:
         memory.panic_until = None
@@ -284,6 +291,12 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         )
         if memory.panic_settled:
             memory.bursts.ended(now)
+            memory.rise_began = None
+        elif memory.rise_began is not None and now - memory.rise_began >= policy.panic_window:
+            # a rise that outlasts the panic window is a change of the load, not a burst: a
+            # relaxation learnt before it does not carry into it
+            forget_relaxation(memory, memory.long.rate() * refill)
+            memory.rise_began = None
     rising = panicking and not memory.panic_settled
     memory.bursts.fit(bins, now, policy)
     z, excess = 1.0, 0.0

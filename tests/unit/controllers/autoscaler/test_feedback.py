@@ -5,6 +5,7 @@ stable window was seen, those of a panic included."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import pytest
@@ -102,9 +103,12 @@ def test_unsettled_passes_count_no_claims() -> None:
     assert kept.allowance_scale == 1.0 and kept.served_last == (100, 100)
 
 
-def _replay(arrivals: list[float], until: float, cold_from: float, policy: Policy) -> Memory:
-    """Decide every 5 s over ``arrivals``; the claim controller reports each claim warm before
-    ``cold_from`` and cold from then on (in total, and over its last 10 minutes)."""
+def _replay(
+    arrivals: list[float], until: float, cold_from: float, policy: Policy, refill: float = 90.0
+) -> Memory:
+    """Decide every 5 s over ``arrivals`` (refills of ``refill`` seconds); the claim controller
+    reports each claim warm before ``cold_from`` and cold from then on (in total, and over its
+    last 10 minutes)."""
     memory = Memory()
     bins = ArrivalBins(policy.bin_width)
     pending = sorted(arrivals)
@@ -122,7 +126,7 @@ def _replay(arrivals: list[float], until: float, cold_from: float, policy: Polic
         obs = Observation(
             now,
             (),
-            [90.0] * 50,
+            [refill] * 50,
             current,
             bins=bins,
             served=(len(recent) - recent_cold, recent_cold),
@@ -178,3 +182,56 @@ def test_the_start_up_cold_claims_do_not_stretch_the_scale_down_window() -> None
     step = 7200.0
     arrivals = poisson(0.5, 0, step, 3) + poisson(3.0, step, step + 300, 4)
     assert _replay(arrivals, step + 240, step, POLICY).hold > 1.0
+
+
+def test_a_relaxation_is_not_carried_into_a_rise() -> None:
+    """Two hours at 0.5 claims/s all served warm relax the allowance to twice the spec's (a 98 %
+    aim). Round 21's design kept that aim through a step to 3/s: round 21's held-out x5 step
+    (0.32/s to 1.6/s, the 90 s refill) was sized at 98.1 to 98.5 % for the half hour after the
+    step while its cold claims tightened the allowance back, and missed at 98.23 % warm. A rise
+    that outlasts the panic window now brings a relaxed allowance back to the spec's. Not on a
+    load under one sandbox (a 0.2 s refill): few of its claims go cold, and a sandbox is a
+    large share of its pool."""
+    step = 7200.0
+    arrivals = poisson(0.5, 0, step, 3) + poisson(3.0, step, step + 300, 4)
+    before = _replay(arrivals, step, math.inf, POLICY)
+    assert before.allowance_scale == pytest.approx(POLICY.feedback_max)
+    after = _replay(arrivals, step + 120, math.inf, POLICY)
+    assert after.last_panic is not None and after.last_panic > step
+    assert after.allowance_scale < 1.05  # relaxing again from the spec's, by its integral
+    fast = _replay(arrivals, step + 120, math.inf, POLICY, refill=0.2)
+    assert fast.last_panic is not None and fast.last_panic > step
+    assert fast.allowance_scale == pytest.approx(POLICY.feedback_max)
+
+
+def test_a_burst_keeps_the_relaxation() -> None:
+    """A burst (100 claims within 10 s) panics, and its rise is over within the panic window:
+    no change of the load, and the relaxation is kept (bursts are sized by the rules for
+    them, and forgetting it at every burst held more than the static pool between them)."""
+    step = 7200.0
+    burst = [step + i * 0.1 for i in range(100)]
+    arrivals = poisson(0.5, 0, step + 600, 3) + burst
+    memory = _replay(arrivals, step + 300, math.inf, POLICY)
+    assert memory.last_panic is not None and memory.last_panic > step
+    assert memory.allowance_scale == pytest.approx(POLICY.feedback_max)
+
+
+def test_a_slower_rise_the_drift_test_finds_forgets_the_relaxation_too() -> None:
+    """A rise too small to panic (0.5 to 0.8 claims/s: under four standard deviations a
+    minute) is found by the drift test over its window; the relaxation is not carried into it
+    either (round 21's held-out diurnal shape rose that way, at a 98 % aim, and missed with a
+    restart on the way)."""
+    step = 7200.0
+    arrivals = poisson(0.5, 0, step, 3) + poisson(0.8, step, step + 900, 5)
+    memory = _replay(arrivals, step + 600, math.inf, POLICY)
+    assert memory.last_panic is None or memory.last_panic < step  # no panic: the drift test
+    assert memory.regime_start is not None and memory.regime_start > step - 300
+    assert memory.allowance_scale < 1.25  # relaxing again, from the spec's at the drift
+
+
+def test_a_fall_keeps_the_relaxation() -> None:
+    """A drop is no rise: the claims after it are sized at the relaxed allowance as before."""
+    step = 7200.0
+    arrivals = poisson(1.0, 0, step, 3) + poisson(0.5, step, step + 900, 5)
+    memory = _replay(arrivals, step + 600, math.inf, POLICY)
+    assert memory.allowance_scale == pytest.approx(POLICY.feedback_max)
