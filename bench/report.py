@@ -692,6 +692,9 @@ QUIET_STUDIES = ("autoscale-quiet-before", "autoscale-quiet")
 #: round 21's tuning evidence: the tuning set's grouped rows of 8, 16 and 32 claims with the
 #: 90 s refill, before the round's tuning commit, then at it (bench/autoscale/evaluate.py)
 PANIC_STUDIES = ("autoscale-panic-before", "autoscale-panic")
+#: round 22's: the tuning set's step and diurnal rows with the 90 s refill (the diurnal ones with
+#: and without restarts), before the round's tuning commit, then at it
+RISE_STUDIES = ("autoscale-rise-before", "autoscale-rise")
 
 
 def autoscale_rows(names: tuple[str, str], only: str) -> Callable[[Path], str]:
@@ -899,6 +902,9 @@ BLOCKS: dict[str, Block] = {
     ),
     "autoscale-panic": Block(
         "autoscaling.md", autoscale_rows(PANIC_STUDIES, "grouped"), PANIC_STUDIES
+    ),
+    "autoscale-rise": Block(
+        "autoscaling.md", autoscale_rows(RISE_STUDIES, "step and diurnal"), RISE_STUDIES
     ),
     "autoscale-sparse": Block("autoscaling.md", autoscale_sparse(SPARSE_STUDIES), SPARSE_STUDIES),
     "autoscale-sparse-steps": Block(
