@@ -11,15 +11,9 @@ from dataclasses import dataclass, replace
 import pytest
 
 from agentsandbox.controllers.autoscaler.feedback import steer_allowance
-from agentsandbox.controllers.autoscaler.plan import (
-    ArrivalBins,
-    Memory,
-    Observation,
-    Policy,
-    decide,
-    occupancy_span,
-)
+from agentsandbox.controllers.autoscaler.plan import Memory, Policy
 from tests.unit.arrivals import poisson
+from tests.unit.controllers.autoscaler.replay import passes
 
 POLICY = Policy(min_replicas=1, max_replicas=1000, target_warm_share=0.99)
 
@@ -110,31 +104,8 @@ def _replay(
     reports each claim warm before ``cold_from`` and cold from then on (in total, and over its
     last 10 minutes)."""
     memory = Memory()
-    bins = ArrivalBins(policy.bin_width)
-    pending = sorted(arrivals)
-    current, now, i, warm, cold = 1, 0.0, 0, 0, 0
-    while now <= until:
-        while i < len(pending) and pending[i] <= now:
-            bins.add(pending[i], policy.group_gap)
-            if pending[i] < cold_from:
-                warm += 1
-            else:
-                cold += 1
-            i += 1
-        recent = [a for a in pending[:i] if a > now - 600.0]
-        recent_cold = sum(1 for a in recent if a >= cold_from)
-        obs = Observation(
-            now,
-            (),
-            [refill] * 50,
-            current,
-            bins=bins,
-            served=(len(recent) - recent_cold, recent_cold),
-            served_total=(warm, cold),
-        )
-        current = decide(obs, policy, memory).replicas
-        bins.span = occupancy_span(policy, memory)
-        now += 5.0
+    for _ in passes(arrivals, until, policy, refill=refill, cold_from=cold_from, memory=memory):
+        pass
     return memory
 
 

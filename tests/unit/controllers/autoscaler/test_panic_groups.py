@@ -3,19 +3,15 @@ chance of a load's largest groups is no rise; a rise of its rate still is."""
 
 from __future__ import annotations
 
-from agentsandbox.controllers.autoscaler.plan import (
-    ArrivalBins,
-    Memory,
-    Observation,
-    Policy,
-    decide,
-    occupancy_span,
-)
+import math
+
+from agentsandbox.controllers.autoscaler.plan import Policy
 from agentsandbox.controllers.autoscaler.window import (
     significantly_above,
     significantly_above_groups,
 )
 from tests.unit.arrivals import poisson
+from tests.unit.controllers.autoscaler.replay import passes
 
 POLICY = Policy(min_replicas=1, max_replicas=1000, target_warm_share=0.99)
 
@@ -47,23 +43,11 @@ def _grouped(start: float, end: float, base: float, groups: float, seed: int) ->
 def _panics(arrivals: list[float], until: float) -> list[float]:
     """Decide every 5 s over ``arrivals`` (every claim served warm); the times of the passes
     that panicked."""
-    memory = Memory()
-    bins = ArrivalBins(POLICY.bin_width)
-    pending = sorted(arrivals)
-    current, now, i, seen = 1, 0.0, 0, []
-    while now <= until:
-        while i < len(pending) and pending[i] <= now:
-            bins.add(pending[i], POLICY.group_gap)
-            i += 1
-        obs = Observation(
-            now, (), [90.0] * 50, current, bins=bins, served=(i, 0), served_total=(i, 0)
-        )
-        current = decide(obs, POLICY, memory).replicas
-        bins.span = occupancy_span(POLICY, memory)
-        if memory.last_panic == now:
-            seen.append(now)
-        now += 5.0
-    return seen
+    return [
+        now
+        for now, _, memory in passes(arrivals, until, POLICY, cold_from=math.inf)
+        if memory.last_panic == now
+    ]
 
 
 def test_a_clump_of_groups_on_a_steady_grouped_load_does_not_panic() -> None:

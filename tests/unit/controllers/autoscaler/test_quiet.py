@@ -7,16 +7,13 @@ from dataclasses import replace
 
 from agentsandbox.controllers.autoscaler.plan import (
     ArrivalBins,
-    Memory,
-    Observation,
     Policy,
-    decide,
-    occupancy_span,
     servers_for,
 )
 from agentsandbox.controllers.autoscaler.quiet import Silence, latest_claim
 from agentsandbox.controllers.autoscaler.window import LongWindow
 from tests.unit.arrivals import poisson
+from tests.unit.controllers.autoscaler.replay import passes
 from tests.unit.controllers.autoscaler.test_plan import UNLIMITED
 
 POLICY = UNLIMITED
@@ -31,21 +28,10 @@ def drive(
 ) -> list[tuple[float, int, str]]:
     """As the controller does it: the window's bins kept as claims come (the occupancy counted
     over the refill time); (time, replicas, message) per pass."""
-    memory = Memory()
-    bins = ArrivalBins(policy.bin_width)
-    pending = sorted(arrivals)
-    out: list[tuple[float, int, str]] = []
-    current, now, i = 1, 0.0, 0
-    while now <= end:
-        while i < len(pending) and pending[i] <= now:
-            bins.add(pending[i], policy.group_gap)
-            i += 1
-        d = decide(Observation(now, (), [refill] * 50, current, bins=bins), policy, memory)
-        bins.span = occupancy_span(policy, memory)
-        out.append((now, d.replicas, d.message))
-        current = d.replicas
-        now += every
-    return out
+    return [
+        (now, d.replicas, d.message)
+        for now, d, _ in passes(arrivals, end, policy, refill=refill, every=every)
+    ]
 
 
 def test_a_silence_holds_the_size_the_claims_before_it_needed() -> None:
