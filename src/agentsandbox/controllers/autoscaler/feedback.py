@@ -43,6 +43,9 @@ class Held(Protocol):
     hold: float
     last_panic: float | None
     first_seen: float | None
+    last_rise: float | None
+    step_rise: float | None
+    stretched_for: float | None
 
 
 def stretch_hold(
@@ -51,7 +54,15 @@ def stretch_hold(
     """The realised warm share of the claim controller's window (``served``: warm, cold; None
     when no claim was served) and whether its cold claims miss the allowance beyond chance;
     such a miss after a rise the model did not see coming stretches the scale-down window
-    (``memory.hold``: doubling, up to ``hold_max``), which relaxes back over ``hold_relax``."""
+    (``memory.hold``: doubling, up to ``hold_max``), which relaxes back over ``hold_relax``.
+
+    After a burst (a rise over within the panic window), once per rise (``memory.last_rise``):
+    the window of served claims keeps a burst's cold claims for minutes, and every pass that saw
+    them again doubled the stretch, to ``hold_max`` within seconds; the pool then held the
+    burst's size for an hour after it, while the load was back to its rate before. After a
+    change of load (a rise that outlasted the panic window: ``memory.step_rise``) every pass
+    that sees the miss still doubles it: the rates lag the new load for a stable window, and
+    the size the panic reached is kept meanwhile."""
     if served is None:
         return None, False
     warm, cold = served
@@ -71,7 +82,9 @@ def stretch_hold(
         and now - memory.first_seen >= policy.stable_window
     )
     missing = total >= policy.feedback_min_claims and significantly_above(cold, allowed)
-    if surprised and missing:
+    step = memory.last_rise is not None and memory.step_rise == memory.last_rise
+    if surprised and missing and (step or memory.stretched_for != memory.last_rise):
+        memory.stretched_for = memory.last_rise
         memory.hold = min(policy.hold_max, max(memory.hold, 2.0 * memory.hold))
     return realised, missing
 

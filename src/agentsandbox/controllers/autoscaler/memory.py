@@ -48,6 +48,9 @@ class Memory:
     panic_peak: float = 0.0  # the highest panic rate since the panic's rise began (claims/s)
     panic_settled: bool = False  # the panic's rise is over (until the next rise)
     rise_began: float | None = None  # a panic's rise, until it settles or outlasts panic_window
+    last_rise: float | None = None  # when the latest panic's rise began
+    step_rise: float | None = None  # the latest rise that outlasted panic_window (a step)
+    stretched_for: float | None = None  # the rise whose miss last stretched the window
     refill_until: float | None = None  # a kept refill time is used until then (restore)
     bursts: Bursts = field(default_factory=Bursts)  # the panics' rises and their schedule
     quiet: Silence = field(default_factory=Silence)  # the latest claim, for a silence

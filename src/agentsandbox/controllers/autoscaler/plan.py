@@ -258,7 +258,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
         if not was_panicking or memory.panic_settled:
             memory.panic_peak, memory.panic_settled = 0.0, False
             memory.bursts.rose(now, policy)
-            memory.rise_began = now
+            memory.rise_began = memory.last_rise = now
         memory.panic_until = now + policy.panic_hold
         memory.last_panic = now
         memory.regime_start = now - panic_span
@@ -296,7 +296,7 @@ def _size(obs: Observation, policy: Policy, memory: Memory) -> Decision:
             # a rise that outlasts the panic window is a change of the load, not a burst: a
             # relaxation learnt before it does not carry into it
             forget_relaxation(memory, memory.long.rate() * refill)
-            memory.rise_began = None
+            memory.step_rise, memory.rise_began = memory.last_rise, None
     rising = panicking and not memory.panic_settled
     memory.bursts.fit(bins, now, policy)
     z, excess = 1.0, 0.0

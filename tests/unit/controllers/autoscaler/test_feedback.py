@@ -155,6 +155,37 @@ def test_the_start_up_cold_claims_do_not_stretch_the_scale_down_window() -> None
     assert _replay(arrivals, step + 240, step, POLICY).hold > 1.0
 
 
+def test_a_burst_the_claims_missed_stretches_the_scale_down_window_once_per_rise() -> None:
+    """The served claims' window keeps a burst's cold claims for minutes. Round 22's design
+    doubled the stretch at every pass that saw them again, so one burst took it to hold_max (a
+    twelvefold window) within seconds. Round 22's held-out quiet-then-burst then held the burst's
+    size, 165 where the static pool had 117, for an hour after the burst, and missed over the
+    static pool's idle time. Now each rise of a burst's panic doubles the stretch once (this
+    burst's panic settles and rises again while the window still holds its claims: two rises),
+    and a later burst that is missed too doubles it again. A step (a rise that outlasts the
+    panic window) still takes it to hold_max: the rates lag the new load, and its size is kept
+    meanwhile."""
+    first, second = 7200.0, 9600.0
+    base = poisson(0.5, 0, second + 600, 3)
+    arrivals = sorted(base + [first + i * 0.05 for i in range(200)])
+    assert _replay(arrivals, first + 240, first, POLICY).hold < POLICY.hold_max
+    rises = set()
+    for _, _, memory in passes(arrivals, first + 240, POLICY, cold_from=first):
+        rises.add(memory.last_rise)
+    rises.discard(None)
+    assert memory.step_rise is None and 1 <= len(rises) <= 2
+    assert 0.9 * 2.0 ** len(rises) < memory.hold <= 2.0 ** len(rises)
+    assert memory.hold < POLICY.hold_max
+    arrivals = sorted(arrivals + [second + i * 0.05 for i in range(200)])
+    before = _replay(arrivals, second - 5, first, POLICY).hold
+    again = _replay(arrivals, second + 240, first, POLICY)
+    assert 1.2 < before < 2.0 ** len(rises)  # relaxing back over hold_relax
+    assert 2.0 * before * 0.98 <= again.hold <= 4.0 * before
+    step = poisson(0.5, 0, first, 3) + poisson(3.0, first, first + 300, 4)
+    stepped = _replay(step, first + 240, first, POLICY)
+    assert stepped.step_rise is not None and stepped.hold == POLICY.hold_max
+
+
 def test_a_relaxation_is_not_carried_into_a_rise() -> None:
     """Two hours at 0.5 claims/s all served warm relax the allowance to twice the spec's (a 98 %
     aim). Round 21's design kept that aim through a step to 3/s: round 21's held-out x5 step
