@@ -695,6 +695,9 @@ PANIC_STUDIES = ("autoscale-panic-before", "autoscale-panic")
 #: round 22's: the tuning set's step and diurnal rows with the 90 s refill (the diurnal ones with
 #: and without restarts), before the round's tuning commit, then at it
 RISE_STUDIES = ("autoscale-rise-before", "autoscale-rise")
+#: round 23's: the tuning set's quiet-then-burst and x5 step rows with the 90 s refill, before the
+#: round's tuning commit, then at it
+HOLD_STUDIES = ("autoscale-hold-before", "autoscale-hold")
 
 
 def autoscale_rows(names: tuple[str, str], only: str) -> Callable[[Path], str]:
@@ -905,6 +908,9 @@ BLOCKS: dict[str, Block] = {
     ),
     "autoscale-rise": Block(
         "autoscaling.md", autoscale_rows(RISE_STUDIES, "step and diurnal"), RISE_STUDIES
+    ),
+    "autoscale-hold": Block(
+        "autoscaling.md", autoscale_rows(HOLD_STUDIES, "quiet-then-burst and x5 step"), HOLD_STUDIES
     ),
     "autoscale-sparse": Block("autoscaling.md", autoscale_sparse(SPARSE_STUDIES), SPARSE_STUDIES),
     "autoscale-sparse-steps": Block(
