@@ -910,7 +910,9 @@ BLOCKS: dict[str, Block] = {
         "autoscaling.md", autoscale_rows(RISE_STUDIES, "step and diurnal"), RISE_STUDIES
     ),
     "autoscale-hold": Block(
-        "autoscaling.md", autoscale_rows(HOLD_STUDIES, "quiet-then-burst and x5 step"), HOLD_STUDIES
+        "autoscaling.md",
+        autoscale_rows(HOLD_STUDIES, "quiet-then-burst and fivefold step"),
+        HOLD_STUDIES,
     ),
     "autoscale-sparse": Block("autoscaling.md", autoscale_sparse(SPARSE_STUDIES), SPARSE_STUDIES),
     "autoscale-sparse-steps": Block(
