@@ -263,6 +263,10 @@ def register_controllers(
                     sync_period=opts.warm_pool_autoscaler_sync_period,
                     rate_window=opts.warm_pool_autoscaler_rate_window,
                     burst_bin=opts.warm_pool_autoscaler_burst_bin,
+                    slot_extra=warm_pool_autoscaler.slot_extra_of(
+                        opts.sandbox_warm_pool_replenish_delay,
+                        opts.sandbox_warm_pool_max_refill_rate,
+                    ),
                 ),
             )
 

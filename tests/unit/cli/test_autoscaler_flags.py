@@ -143,6 +143,24 @@ def test_register_controllers_passes_the_flags_to_the_autoscaler(
     assert autoscaler.policy_of({"maxReplicas": 5}, used).rate_window == 90.0
 
 
+def test_the_warm_pools_replenish_delay_and_refill_rate_limit_lengthen_the_autoscalers_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Autoscaler review #15: a slot is busy from a member's adoption to its replacement Ready,
+    and the warm pool's replenish delay and refill rate limit add to that time, which the
+    refill samples (create -> Ready) do not see. The flags reach the autoscaler as the seconds
+    they add: the delay whole and one create interval of the rate limit."""
+    ((given, _),) = captured_settings(
+        monkeypatch,
+        "--extensions",
+        "--sandbox-warm-pool-replenish-delay=5s",
+        "--sandbox-warm-pool-max-refill-rate=4",
+    )
+    assert given.slot_extra == pytest.approx(5.25)
+    ((given, _),) = captured_settings(monkeypatch, "--extensions")
+    assert given.slot_extra == 0.0
+
+
 def test_register_controllers_uses_the_defaults_without_the_flags(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -130,6 +130,23 @@ class Settings:
     min_interval: float = 1.0  # events within this long of a pass are served by one later pass
     rate_window: float = 1800.0  # seconds of arrivals and refill samples kept (Policy.rate_window)
     burst_bin: float | None = 10.0  # Policy.bin_width (None: Policy's default, also 10 s)
+    # seconds a pool slot stays busy beyond a member's create -> Ready, which the samples do not
+    # see: the warm pool's replenish delay (it waits that long after a member leaves before
+    # creating the replacement) and one create interval of its refill rate limit
+    # (``slot_extra_of``); added to every refill sample the sizing reads
+    slot_extra: float = 0.0
+
+
+def slot_extra_of(replenish_delay: float, max_refill_rate: float) -> float:
+    """The seconds ``--sandbox-warm-pool-replenish-delay`` and
+    ``--sandbox-warm-pool-max-refill-rate`` add to a slot: the delay whole (a replacement is
+    created that long after its member left), and one create interval of the rate limit (at a
+    steady rate under it a replacement waits at most that long for its token; a burst's queue
+    of replacements is not modelled: the burst sizing holds a burst's worth of members)."""
+    extra = max(0.0, replenish_delay)
+    if max_refill_rate > 0:
+        extra += 1.0 / max_refill_rate
+    return extra
 
 
 @dataclass
@@ -296,7 +313,10 @@ class AutoscalerReconciler:
             bins=self.windows.bins_for(keys),
             served=(ready + not_ready, cold),
             served_total=(total_ready + total_not_ready, total_cold),
-            refill_seconds=self.windows.refills_for(f"{namespace}/{pool_name}"),
+            refill_seconds=[
+                s + self.settings.slot_extra
+                for s in self.windows.refills_for(f"{namespace}/{pool_name}")
+            ],
             current_replicas=current,
             oldest_not_ready_age=max(0.0, now - min(created)) if created else None,
             pool_progressing=not stuck,

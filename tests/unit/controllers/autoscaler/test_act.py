@@ -194,6 +194,18 @@ def setup_reconciler(
     return rec, autoscalers, recorder, clock
 
 
+def test_the_sizing_reads_each_refill_sample_lengthened_by_the_slot_extra() -> None:
+    """Autoscaler review #15: with a 5 s replenish delay and 0.3 s refills the load a slot
+    carries is about 17 times the samples'. The observation the plan sizes on adds the
+    settings' ``slot_extra`` to every sample; without it the samples are read as they are."""
+    api = FakeScaleApi(replicas=3)
+    rec, _, _, clock = setup_reconciler(api, autoscaler_obj())
+    rec.windows.refills[f"{NS}/pool"] = collections.deque([(clock.now, 0.3), (clock.now, 0.5)])
+    assert rec.observe(NS, "pool", 3).refill_seconds == [0.3, 0.5]
+    rec.settings = Settings(sync_period=2.0, slot_extra=5.0)
+    assert rec.observe(NS, "pool", 3).refill_seconds == pytest.approx([5.3, 5.5])
+
+
 def refresh(informer: FakeInformer, api: FakeScaleApi) -> None:
     """The cache catches up with the API (our status writes)."""
     assert api.autoscaler is not None
