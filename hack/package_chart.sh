@@ -6,9 +6,17 @@
 # helm is the cached one (hack/controlplane/build-helm.sh). The chart's copies of deploy/crds and
 # deploy/monitoring must be current (hack/sync_chart.py --check), and nothing in the repository
 # is changed: the chart is copied to a temporary directory first.
+# Two runs give the same bytes: helm writes each file's mtime into the archive unless
+# SOURCE_DATE_EPOCH is set, and it is set here as hack/release.py sets it for the wheel and sdist
+# (the environment's, else the last commit's time).
 set -euo pipefail
 version=$1 image=${2:-} dist=$3
 here=$(cd "$(dirname "$0")/.." && pwd)
+if [[ -z ${SOURCE_DATE_EPOCH:-} ]]; then
+  SOURCE_DATE_EPOCH=$(git -C "$here" log -1 --format=%ct 2>/dev/null || true)
+  [[ -n $SOURCE_DATE_EPOCH ]] || { echo "no SOURCE_DATE_EPOCH and no git commit to take it from" >&2; exit 1; }
+fi
+export SOURCE_DATE_EPOCH
 python3 "$here/hack/sync_chart.py" --check
 helm_dir=$("$here/hack/controlplane/build-helm.sh" | tail -n 1)
 tmp=$(mktemp -d)
