@@ -2,23 +2,30 @@
 
 The one place the version is written is ``pyproject.toml`` (``[project] version``, which hatchling
 requires in PEP 440 form); ``make release VERSION=…`` overrides it for one build with any SemVer 2
-version, pre-releases included. Mapping of a SemVer pre-release onto PEP 440 (the build metadata
-``+…`` becomes a PEP 440 local version, dots kept, ``-`` as ``.``):
+version, pre-releases included (semver.org's grammar: numeric identifiers without leading zeros,
+alphanumeric ones with hyphens, build metadata). Every one has a PEP 440 form:
 
-==========================  =================
-SemVer 2                    PEP 440
-==========================  =================
-``1.2.0``                   ``1.2.0``
-``1.2.0-alpha.3``, ``-a.3``   ``1.2.0a3``
-``1.2.0-beta.2``, ``-b2``     ``1.2.0b2``
-``1.2.0-rc.1``, ``-rc1``      ``1.2.0rc1``
-``1.2.0-rc``                ``1.2.0rc0``
-``1.2.0-dev.4``             ``1.2.0.dev4``
-``1.2.0-rc.1+build.7``      ``1.2.0rc1+build.7``
-==========================  =================
+====================================  ==========================
+SemVer 2                              PEP 440
+====================================  ==========================
+``1.2.0``                             ``1.2.0``
+``1.2.0-alpha.3``, ``-a.3``             ``1.2.0a3``
+``1.2.0-beta.2``, ``-b2``               ``1.2.0b2``
+``1.2.0-rc.1``, ``-rc1``                ``1.2.0rc1``
+``1.2.0-rc``                          ``1.2.0rc0``
+``1.2.0-dev.4``                       ``1.2.0.dev4``
+``1.2.0-rc.1+build.7``                ``1.2.0rc1+build.7``
+``1.2.0-foo``, ``-0.3.7``, ``-rc.x``    ``1.2.0.dev0+foo``, ``+0.3.7``, ``+rc.x``
+``1.0.0-alpha.beta+exp.sha.5114f85``  ``1.0.0.dev0+alpha.beta.exp.sha.5114f85``
+``1.0.0-alpha+001``                   ``1.0.0a0+1``
+====================================  ==========================
 
-Any other pre-release (``1.2.0-foo``, ``1.2.0-rc.1.2``, ``1.2.0-rc.x``) has no PEP 440 form and is
-refused with a message saying which forms map.
+A pre-release of one phase (alpha, a, beta, b, rc, c, dev) and an optional number keeps its
+phase; any other pre-release becomes ``X.Y.Z.dev0`` (below the release, and below its alpha, beta
+and rc forms) with its identifiers as the local version label. The build metadata ``+…`` is
+appended to that label. The label is in PEP 440's normal form: lower case, ``-`` as ``.``
+(empty parts dropped), numbers without leading zeros; so some SemVer versions that differ only
+there share a PEP 440 form.
 
 ``python hack/semver.py`` prints pyproject's version as SemVer; ``--pep440 V`` prints V's PEP 440
 form (V may be either form); ``--semver V`` prints V's SemVer form.
@@ -65,22 +72,29 @@ def to_pep440(version: str) -> str:
     m = SEMVER.match(version)
     if m is None:
         raise VersionError(
-            f"{version!r} is not a SemVer 2 version (MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD], "
-            "no leading zeros)"
+            f"{version!r} is not a SemVer 2 version: MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD], "
+            "PRERELEASE and BUILD dot-separated non-empty identifiers of [0-9A-Za-z-]; "
+            "MAJOR, MINOR, PATCH and numeric PRERELEASE identifiers with no leading zeros"
         )
     out = m["core"]
+    local: list[str] = []
     if m["pre"] is not None:
         pre = _PRE.match(m["pre"])
         phase = _PHASES.get(pre["phase"].lower()) if pre else None
-        if pre is None or phase is None:
-            raise VersionError(
-                f"{version!r}: the pre-release {m['pre']!r} has no PEP 440 form for the wheel; "
-                "use alpha.N, beta.N, rc.N or dev.N (or a.N, b.N, rcN)"
-            )
-        out += f"{phase}{pre['n'] or 0}"
+        if pre is not None and phase is not None:
+            out += f"{phase}{pre['n'] or 0}"
+        else:
+            out += ".dev0"
+            local += _local_parts(m["pre"])
     if m["build"] is not None:
-        out += "+" + m["build"].replace("-", ".")
-    return out
+        local += _local_parts(m["build"])
+    return out + ("+" + ".".join(local) if local else "")
+
+
+def _local_parts(identifiers: str) -> list[str]:
+    """SemVer identifiers as parts of a PEP 440 local version label, in its normal form."""
+    parts = [p.lower() for p in re.split(r"[.-]", identifiers) if p]
+    return [str(int(p)) if p.isdigit() else p for p in parts]
 
 
 def to_semver(version: str) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "hack"))
@@ -48,29 +49,88 @@ DIGEST = "sha256:" + "ab" * 32
         ("10.20.30-rc.1+build.7", "10.20.30rc1+build.7"),
         ("1.0.0+exp-sha.5114f85", "1.0.0+exp.sha.5114f85"),
         ("1.2.0rc1", "1.2.0rc1"),  # a PEP 440 form we write passes as is
+        # any other pre-release: X.Y.Z.dev0 with its identifiers (and the build's) as the local
+        # label, lower case, `-` as `.`, numbers without leading zeros (PEP 440's normal form)
+        ("1.2.0-0.3.7", "1.2.0.dev0+0.3.7"),
+        ("1.2.0-x.7.z.92", "1.2.0.dev0+x.7.z.92"),
+        ("1.2.0-foo", "1.2.0.dev0+foo"),
+        ("1.2.0-foo.1", "1.2.0.dev0+foo.1"),
+        ("1.2.0-rc.1.2", "1.2.0.dev0+rc.1.2"),
+        ("1.2.0-rc.x", "1.2.0.dev0+rc.x"),
+        ("1.0.0-x-y-z.--", "1.0.0.dev0+x.y.z"),
+        ("1.0.0-alpha.beta+exp.sha.5114f85", "1.0.0.dev0+alpha.beta.exp.sha.5114f85"),
+        ("1.0.0-alpha+001", "1.0.0a0+1"),
+        ("1.0.0+21AF26D3----117B344092BD", "1.0.0+21af26d3.117b344092bd"),
     ],
 )
 def test_semver_maps_onto_its_pep440_form(given: str, pep440: str) -> None:
     assert semver.to_pep440(given) == pep440
 
 
+# semver.org's own examples (spec items 9, 10 and 11)
+SEMVER_ORG = [
+    "1.0.0-alpha",
+    "1.0.0-alpha.1",
+    "1.0.0-0.3.7",
+    "1.0.0-x.7.z.92",
+    "1.0.0-x-y-z.--",
+    "1.0.0-alpha+001",
+    "1.0.0+20130313144700",
+    "1.0.0-beta+exp.sha.5114f85",
+    "1.0.0+21AF26D3----117B344092BD",
+    "1.0.0-alpha.beta",
+    "1.0.0-beta",
+    "1.0.0-beta.2",
+    "1.0.0-beta.11",
+    "1.0.0-rc.1",
+    "1.2.0-foo",
+]
+
+
+@pytest.mark.parametrize("given", SEMVER_ORG)
+def test_every_semver_has_a_valid_pep440_form_and_a_prerelease_sorts_below_its_release(
+    given: str,
+) -> None:
+    pep440 = semver.to_pep440(given)
+    assert str(Version(pep440)) == pep440  # valid, and already in normal form (as the wheel's)
+    core = given.split("+")[0].split("-")[0]
+    if "-" in given.split("+")[0]:
+        assert Version(pep440) < Version(core)
+        assert Version(pep440).is_prerelease
+    else:
+        assert Version(pep440).release == Version(core).release
+
+
 @pytest.mark.parametrize(
     ("bad", "says"),
     [
-        ("1.2.0-foo.1", "has no PEP 440 form"),
-        ("1.2.0-rc.1.2", "has no PEP 440 form"),
-        ("1.2.0-rc.x", "has no PEP 440 form"),
         ("1.2", "not a SemVer 2 version"),
-        ("01.2.0", "not a SemVer 2 version"),
-        ("1.2.0-", "not a SemVer 2 version"),
+        ("01.2.3", "not a SemVer 2 version"),
+        ("1.2.3-01", "not a SemVer 2 version"),
+        ("1.2.3-", "not a SemVer 2 version"),
+        ("1.2.3+", "not a SemVer 2 version"),
+        ("1.2.3-a..b", "not a SemVer 2 version"),
+        ("1.2.3-a_b", "not a SemVer 2 version"),
     ],
 )
-def test_a_version_without_a_pep440_form_is_refused_with_the_reason(bad: str, says: str) -> None:
-    with pytest.raises(semver.VersionError, match=says):
+def test_a_version_that_is_not_semver_is_refused_with_the_reason(bad: str, says: str) -> None:
+    with pytest.raises(semver.VersionError, match=says) as err:
         semver.to_pep440(bad)
+    assert "no leading zeros" in str(err.value) and "empty" in str(err.value)
 
 
-@pytest.mark.parametrize("v", ["1.2.0", "1.2.0-rc.1", "1.2.0-alpha.3", "1.2.0-dev.4+b.1"])
+@pytest.mark.parametrize(
+    "v",
+    [
+        "1.2.0",
+        "1.2.0-rc.1",
+        "1.2.0-alpha.3",
+        "1.2.0-dev.4+b.1",
+        "1.2.0-foo",
+        "1.2.0-x.7.z.92",
+        "1.0.0-alpha+001",
+    ],
+)
 def test_pep440_and_back_gives_a_semver_of_the_same_release(v: str) -> None:
     back = semver.to_semver(semver.to_pep440(v))
     assert semver.to_pep440(back) == semver.to_pep440(v)
@@ -98,6 +158,11 @@ def test_changelog_has_this_versions_section_with_upgrade_notes() -> None:
     assert "### Upgrade notes" in notes
     for topic in ("allowed-label-domains", "egress", "bounds", "[tracing]", "enableServiceLinks"):
         assert topic in notes, topic
+    # the new conditions and reasons (tooling matching them must know): their own note
+    conditions = [n for n in notes.split("\n- ") if n.startswith("**Conditions:**")]
+    assert len(conditions) == 1, "no upgrade note on the new conditions"
+    for reason in ("UnsupportedTarget", "SharedTemplate", "MembersNeverReady"):
+        assert reason in conditions[0], reason
 
 
 def test_changelog_section_ends_at_the_next_version_and_a_prerelease_takes_its_release() -> None:
