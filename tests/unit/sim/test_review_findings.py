@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from agentsandbox.controllers.autoscaler.plan import Policy, servers_for
 from agentsandbox.sim import latency, traces
+from agentsandbox.sim.compare import compare
 from agentsandbox.sim.engine import Config, Result, simulate
 from tests.unit.arrivals import poisson
 
@@ -83,3 +84,28 @@ def test_instant_bursts_never_run_the_pool_to_its_maximum() -> None:
     trace = traces.burst(1, 3 * 3600.0, dwell=600.0, instant=2.0)
     result = simulate(Config(trace, SLOW, policy=POLICY, warmup=3600.0))
     assert max(replicas for _, replicas, _, _ in result.series) <= 400
+
+
+def test_poisson_traffic_under_bursts_is_served_warm_at_about_a_static_pools_cost() -> None:
+    """Finding 5: base traffic was under-counted when bursts rode on it (the burst claims left
+    the count, the burst time stayed in the span), so the pool missed the target between
+    bursts. Scenario: 2 claims/s Poisson plus 200-claim bursts every 300 s (each claim uniform
+    within 30 s of its burst's mark: ``traces.burst``'s default shape), 90 s lognormal refills,
+    4 hours, counted after a 1 h warm-up, target 99 %. The review measured 96.84 % warm (mean
+    pool 325; the smallest static pool reaching 99 % was 385); this trace gives 96.71 % (pool
+    322) at 5fd572e. With the claims of each burst within a few seconds (``instant``) that
+    code was already at 99.9 %, so that shape does not show the finding.
+
+    Bound: at least 98.5 % warm (target less half a point; 99.94 % today), and idle
+    sandbox-seconds at most 1.10 x a static pool of 384, which misses the target (98.91 %), so
+    at most 1.10 x the smallest static pool reaching it (385, as the review found, by
+    ``compare``'s search, which costs 20 s more than this one static run): 1.09 today (mean pool
+    418). About 12 s, the 4 hours being the scenario's."""
+    duration = 4 * 3600.0
+    arrivals = sorted(poisson(2.0, 0, duration, 9) + list(traces.burst(1, duration).arrivals))
+    trace = traces.Trace("finding", arrivals, 120.0, duration)
+    cmp = compare(Config(trace, SLOW, policy=POLICY, warmup=3600.0), 0.99, static_size=384)
+    assert cmp.static is not None and cmp.idle_ratio is not None
+    assert cmp.static.warm_share < POLICY.target_warm_share, cmp.static.warm_share
+    assert cmp.autoscaled.warm_share >= 0.985, cmp.autoscaled.warm_share
+    assert cmp.idle_ratio <= 1.10, (cmp.idle_ratio, cmp.autoscaled.mean_pool)

@@ -17,10 +17,15 @@ from agentsandbox.sim.compare import smallest_static
 from agentsandbox.sim.engine import TICK, Config, simulate
 
 
-@pytest.mark.parametrize("size", [3, 7])
-def test_constant_rate_poisson_matches_erlang_b(size: int) -> None:
+@pytest.mark.parametrize(("size", "tolerance"), [(3, 0.01), (7, 0.01), (10, 0.003)])
+def test_constant_rate_poisson_matches_erlang_b(size: int, tolerance: float) -> None:
     """A static pool under Poisson claims is an Erlang loss system: its cold share is
-    Erlang-B(N, λ·T), T = the mean time a slot is busy (the draw + the coalescing wait)."""
+    Erlang-B(N, λ·T), T = the mean time a slot is busy (the draw + the coalescing wait).
+
+    Autoscaler review finding 19: this allowed ±2 points at sizes 3 and 7 (52 % and 92 %
+    warm), far from the operating point. Size 10 is Erlang-B's 99.21 % warm. Over seeds 1-10
+    of this run the simulator is off Erlang-B by at most 0.67 points at size 3, 0.42 at 7 and
+    0.17 at 10 (seed 7, asserted: -0.41, -0.42, -0.10), hence 1 point, 1 point and 0.3."""
     rate = 2.0
     dist = latency.lognormal(median=2.0, sigma=0.3)
     trace = traces.steady(seed=7, rate=rate, duration=6000)
@@ -28,7 +33,7 @@ def test_constant_rate_poisson_matches_erlang_b(size: int) -> None:
     load = rate * (dist.mean() + TICK / 2)
     expected = 1 - erlang_b(size, load)
     assert result.claims > 10_000
-    assert abs(result.warm_share - expected) <= 0.02, (result.warm_share, expected)
+    assert abs(result.warm_share - expected) <= tolerance, (result.warm_share, expected)
 
 
 def test_compact_view_decides_as_the_whole_pool() -> None:
@@ -137,12 +142,16 @@ def test_static_search_finds_the_smallest_size() -> None:
 
 
 def test_autoscaled_pool_grows_for_bursts_and_costs_less() -> None:
+    """Bursts of 50 claims every 5 minutes, 30 s refills, target 99 %. Autoscaler review
+    finding 19: this accepted 98 % warm; the goal is the target less half a point, 98.5 %
+    (99.44 % here; 99.33 to 99.56 % over burst seeds 1-6). This trace is of the tuning set's
+    burst shape, so it is no evidence on held-out shapes: the review-era code met it too."""
     trace = traces.burst(seed=1, duration=2 * 3600, size=50)
     dist = latency.lognormal(30.0, 0.3)
     policy = Policy(min_replicas=1, max_replicas=500, target_warm_share=0.99)
     auto = simulate(Config(trace, dist, policy=policy, warmup=1800))
     static = simulate(Config(trace, dist, static=50, warmup=1800))
-    assert auto.warm_share >= 0.98
+    assert auto.warm_share >= 0.985, auto.warm_share
     assert auto.idle_seconds < 0.8 * static.idle_seconds
     sizes = [replicas for _, replicas, _, _ in auto.series]
     moves = list(itertools.pairwise(sizes))
