@@ -1,5 +1,5 @@
 """Warm-pool autoscaler: the policy a decision is made under (its spec and the controller's
-settings, as :func:`controller.policy_of` builds it), with the model's constants."""
+settings, as :func:`settings.policy_of` builds it), with the model's constants."""
 
 from __future__ import annotations
 
