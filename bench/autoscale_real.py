@@ -9,8 +9,8 @@ share, measured by the client.
 One private control plane (kube-apiserver + etcd + kwok, ``bench/harness.py``); each run has its
 own namespace and its own controller process started with its **default flags** (``--extensions``;
 the autoscaler is on by default, with its built-in settings: a pass every 5 s and on events, rates
-over 10 min, 10 s burst bins — they are in-process settings, not flags, and the trace is long
-enough for them).
+over a 30 min window, 10 s burst bins — they are in-process settings, not flags, and the trace is
+long enough for them).
 
 The trace (fixed seed, ``--seed``, default 1): ``bursts`` (7) bursts; burst ``k``'s mark is
 ``first + k·period + U(-jitter, jitter)`` (15 s + k·40 s ± 5 s) and its claims are sent at
