@@ -35,9 +35,9 @@ from agentsandbox.controllers.autoscaler.act import (
     ScaleWriter,
     failed_test,
 )
-from agentsandbox.controllers.autoscaler.controller import Settings as AutoscalerSettings
 from agentsandbox.controllers.autoscaler.cycle import Rise
 from agentsandbox.controllers.autoscaler.memory import Memory
+from agentsandbox.controllers.autoscaler.settings import Settings as AutoscalerSettings
 from agentsandbox.controllers.claim import controller as claim_controller
 from agentsandbox.controllers.sandbox import controller as sandbox_controller
 from agentsandbox.controllers.warmpool import controller as warmpool

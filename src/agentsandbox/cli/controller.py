@@ -256,14 +256,15 @@ def register_controllers(
         )
         if autoscaler and opts.enable_warm_pool_autoscaler:
             from agentsandbox.controllers.autoscaler import controller as warm_pool_autoscaler
+            from agentsandbox.controllers.autoscaler import settings as autoscaler_settings
 
             warm_pool_autoscaler.setup(
                 mgr,
-                warm_pool_autoscaler.Settings(
+                autoscaler_settings.Settings(
                     sync_period=opts.warm_pool_autoscaler_sync_period,
                     rate_window=opts.warm_pool_autoscaler_rate_window,
                     burst_bin=opts.warm_pool_autoscaler_burst_bin,
-                    slot_extra=warm_pool_autoscaler.slot_extra_of(
+                    slot_extra=autoscaler_settings.slot_extra_of(
                         opts.sandbox_warm_pool_replenish_delay,
                         opts.sandbox_warm_pool_max_refill_rate,
                     ),

@@ -14,8 +14,8 @@ from agentsandbox.cli.controller import main, register_controllers
 from agentsandbox.cli.goflags import FlagError
 from agentsandbox.cli.options import Options, build_flagset, given_flags
 from agentsandbox.controllers.autoscaler import controller as autoscaler
-from agentsandbox.controllers.autoscaler.controller import Settings
 from agentsandbox.controllers.autoscaler.plan import Policy
+from agentsandbox.controllers.autoscaler.settings import Settings, policy_of
 from agentsandbox.kube.controller import Controller
 from agentsandbox.kube.manager import Manager
 
@@ -139,8 +139,8 @@ def test_register_controllers_passes_the_flags_to_the_autoscaler(
     )
     assert given == Settings(sync_period=2.0, rate_window=90.0, burst_bin=3.0)
     assert used is given
-    assert autoscaler.policy_of({"maxReplicas": 5}, used).bin_width == 3.0
-    assert autoscaler.policy_of({"maxReplicas": 5}, used).rate_window == 90.0
+    assert policy_of({"maxReplicas": 5}, used).bin_width == 3.0
+    assert policy_of({"maxReplicas": 5}, used).rate_window == 90.0
 
 
 def test_the_warm_pools_replenish_delay_and_refill_rate_limit_lengthen_the_autoscalers_slot(

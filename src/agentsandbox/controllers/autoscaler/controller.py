@@ -90,13 +90,7 @@ from agentsandbox.controllers.autoscaler.rules import (
     condition_reason,
     merge_conditions,
 )
-from agentsandbox.controllers.autoscaler.settings import (
-    DEFAULT_SCALE_DOWN_WINDOW,
-    Settings,
-    policy_of,
-    rules_of,
-    slot_extra_of,
-)
+from agentsandbox.controllers.autoscaler.settings import Settings, policy_of
 from agentsandbox.controllers.autoscaler.source import Windows
 from agentsandbox.controllers.common.served import SERVED, ServedCounts
 from agentsandbox.controllers.warmpool.plan import NOT_PROGRESSING_REASONS
@@ -112,16 +106,6 @@ from agentsandbox.kube.store import KubeObject
 
 log = logging.getLogger("agentsandbox.autoscaler")
 
-# the settings and the spec's Policy live in .settings; named here for the callers of this module
-__all__ = [
-    "DEFAULT_SCALE_DOWN_WINDOW",
-    "AutoscalerReconciler",
-    "Settings",
-    "policy_of",
-    "rules_of",
-    "setup",
-    "slot_extra_of",
-]
 
 CONTROLLER_NAME = "sandboxwarmpoolautoscaler"
 REPORTING_CONTROLLER = "warmpool-autoscaler"

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentsandbox.controllers.autoscaler.plan import (
+from agentsandbox.controllers.autoscaler.behavior import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
     PERCENT,
@@ -16,9 +16,9 @@ from agentsandbox.controllers.autoscaler.plan import (
     SELECT_MAX,
     SELECT_MIN,
     Limit,
-    Policy,
     Rules,
 )
+from agentsandbox.controllers.autoscaler.policy import Policy
 
 DEFAULT_SCALE_DOWN_WINDOW = 300.0
 

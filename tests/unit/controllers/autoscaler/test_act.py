@@ -20,12 +20,13 @@ from agentsandbox.controllers.autoscaler.act import (
     ScaleWriter,
     TargetError,
 )
-from agentsandbox.controllers.autoscaler.controller import AutoscalerReconciler, Settings
+from agentsandbox.controllers.autoscaler.controller import AutoscalerReconciler
 from agentsandbox.controllers.autoscaler.rules import (
     REASON_CONFLICTING_WRITER,
     Ownership,
     arbitrate,
 )
+from agentsandbox.controllers.autoscaler.settings import Settings
 from agentsandbox.controllers.autoscaler.source import Windows, claim_keys
 from agentsandbox.kube.client import PatchType
 from agentsandbox.kube.errors import Conflict, Invalid, NotFound

@@ -15,7 +15,6 @@ from agentsandbox.controllers.autoscaler.behavior import (
     Rules,
     limit,
 )
-from agentsandbox.controllers.autoscaler.controller import Settings, policy_of
 from agentsandbox.controllers.autoscaler.plan import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
@@ -30,6 +29,7 @@ from agentsandbox.controllers.autoscaler.queueing import (
     slot_kappa,
 )
 from agentsandbox.controllers.autoscaler.rules import StatusInput, build_status
+from agentsandbox.controllers.autoscaler.settings import Settings, policy_of
 from agentsandbox.controllers.autoscaler.window import ArrivalBins, group_floor, trend
 
 
